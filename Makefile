@@ -17,8 +17,8 @@ demo: install
 	$(VENV)/bin/ragserve generate "What is the capital of France?" --chat --max-tokens 64
 
 test: install
-	$(VENV)/bin/ruff check ragserve tests benchmarks
-	$(VENV)/bin/ruff format --check ragserve tests benchmarks
+	$(VENV)/bin/ruff check ragserve tests
+	$(VENV)/bin/ruff format --check ragserve tests
 	$(VENV)/bin/pytest -q
 
 bench: install

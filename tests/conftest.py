@@ -1,0 +1,19 @@
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def llm_fp32():
+    """The default model in float32, with a small KV pool (4096 tokens) to keep tests light."""
+    from ragserve import LLM
+
+    return LLM(dtype="float32", kv_cache_memory_bytes=4096 * 46080)
+
+
+@pytest.fixture(scope="session")
+def default_model_path(llm_fp32):
+    return llm_fp32.engine.model_path

@@ -1,0 +1,48 @@
+"""Scheduler-level test helpers: sequences and a scheduler without a model."""
+
+from ragserve.engine.block_manager import BlockManager
+from ragserve.engine.config import EngineConfig
+from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.scheduler import Scheduler
+from ragserve.engine.sequence import Sequence
+
+
+def make_seq(
+    request_id: str,
+    tokens: list[int],
+    max_tokens: int = 16,
+    user: str = "default",
+    salt: str = "",
+    priority: int = 0,
+    arrival: float = 0.0,
+) -> Sequence:
+    return Sequence(
+        request_id=request_id,
+        prompt_token_ids=tokens,
+        params=SamplingParams(max_tokens=max_tokens, temperature=0),
+        max_tokens=max_tokens,
+        user=user,
+        cache_salt=salt,
+        priority=priority,
+        arrival_time=arrival,
+    )
+
+
+def make_scheduler(num_blocks: int, block_size: int = 4, **config: int) -> Scheduler:
+    engine_config = EngineConfig(block_size=block_size, **config)
+    return Scheduler(engine_config, BlockManager(num_blocks, block_size, True))
+
+
+def run_step(scheduler: Scheduler, next_token: int = 7) -> dict[str, int]:
+    """Schedule one step, pretend the model ran, and return {request_id: tokens computed}."""
+    batch = scheduler.schedule()
+    sampled = {
+        seq: next_token
+        for seq, num in zip(batch.seqs, batch.num_new_tokens, strict=True)
+        if seq.num_computed_tokens + num == seq.num_tokens
+    }
+    scheduler.postprocess(batch, sampled)
+    for seq in list(scheduler.running):
+        if seq.num_output_tokens >= seq.max_tokens:
+            scheduler.finish(seq, "length")
+    return {s.request_id: n for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)}
