@@ -13,8 +13,10 @@ $(VENV)/.installed: pyproject.toml requirements-assets.txt
 	$(PIP) --no-deps -r requirements-assets.txt
 	touch $@
 
+# Serves the API on http://127.0.0.1:8000 with the default model; prints a fresh demo key.
 demo: install
-	$(VENV)/bin/ragserve generate "What is the capital of France?" --chat --max-tokens 64
+	@$(VENV)/bin/ragserve keys create --user demo --group demo --data-dir data
+	$(VENV)/bin/ragserve serve --data-dir data
 
 test: install
 	$(VENV)/bin/ruff check ragserve tests

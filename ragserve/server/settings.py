@@ -1,0 +1,77 @@
+"""Server settings: defaults, then a TOML file (--config), then RAGSERVE_* environment variables,
+then command-line flags, each overriding the one before."""
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAGSERVE_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("data")
+    model: str = DEFAULT_MODEL
+    dtype: str = "bfloat16"
+    # Engine limits (see EngineConfig).
+    kv_cache_memory_bytes: int = Field(2 << 30, ge=1)
+    max_model_len: int | None = None
+    max_num_seqs: int = Field(128, ge=1)
+    max_num_batched_tokens: int = Field(512, ge=1)
+    max_queued_requests: int = Field(256, ge=1)
+    max_queued_tokens: int = Field(1 << 18, ge=1)
+    # Request limits.
+    max_tokens_cap: int = Field(2048, ge=1)
+    default_max_tokens: int = Field(256, ge=1)
+    max_concurrent_requests_per_user: int = Field(16, ge=1)
+    tokens_per_minute_per_user: int = Field(200_000, ge=1)
+    # Response cache (off by default).
+    response_cache: bool = False
+    response_cache_ttl_s: float = Field(300.0, gt=0)
+    response_cache_max_entries: int = Field(10_000, ge=1)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> "ServerSettings":
+        """Settings from the TOML file and environment, with explicit overrides on top."""
+        if config_file is not None and not config_file.is_file():
+            raise FileNotFoundError(f"config file {config_file} does not exist")
+
+        class FromFile(cls):  # type: ignore[valid-type, misc]
+            model_config = SettingsConfigDict(
+                env_prefix="RAGSERVE_", extra="forbid", toml_file=config_file
+            )
+
+        return FromFile(**{k: v for k, v in overrides.items() if v is not None})
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            model=self.model,
+            dtype=self.dtype,
+            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_queued_requests=self.max_queued_requests,
+            max_queued_tokens=self.max_queued_tokens,
+        )
