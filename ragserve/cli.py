@@ -4,7 +4,7 @@ import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,10 @@ from rich.table import Table
 from ragserve.bench.cli import bench_app
 from ragserve.engine.config import DEFAULT_MODEL
 from ragserve.server.auth import KeyStore, Role
+
+if TYPE_CHECKING:
+    from ragserve.rag.store import Store
+    from ragserve.server.settings import ServerSettings
 
 app = typer.Typer(no_args_is_help=True, help="ragserve: LLM serving with permission-aware RAG.")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys: create, list, revoke.")
@@ -175,3 +179,194 @@ def keys_revoke(
         if not as_json:
             console.print(f"[red]error:[/red] no active key with id {key_id}")
         raise typer.Exit(1)
+
+
+docs_app = typer.Typer(
+    no_args_is_help=True, help="Documents in the index: list, show, delete, acl."
+)
+app.add_typer(docs_app, name="docs")
+StoreOption = Annotated[
+    str | None, typer.Option("--store", help="Store URL (default: data_dir/index.sqlite).")
+]
+TenantOption = Annotated[str, typer.Option(help="The tenant the documents belong to.")]
+
+
+def _rag_settings(
+    data_dir: Path | None, config: Path | None, store: str | None
+) -> "ServerSettings":
+    from ragserve.server.settings import ServerSettings
+
+    return ServerSettings.load(config, data_dir=data_dir, store=store)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders.")] = None,
+    user: Annotated[list[str] | None, typer.Option(help="A user who may read; repeatable.")] = None,
+    group: Annotated[
+        list[str] | None, typer.Option(help="A group that may read; repeatable.")
+    ] = None,
+    tenant: TenantOption = "default",
+    owner: Annotated[str, typer.Option(help="The owner (always may read).")] = "admin",
+    wiki: Annotated[bool, typer.Option(help="Ingest the bundled Wikipedia corpus.")] = False,
+    wiki_limit: Annotated[int | None, typer.Option(help="Only the first N articles.")] = None,
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Parse, chunk, embed and index documents with an ACL (users and groups)."""
+    from rich.progress import Progress
+
+    from ragserve.rag.corpus import load_wiki, wiki_sources
+    from ragserve.rag.documents import Acl
+    from ragserve.rag.embeddings import Embedder
+    from ragserve.rag.ingest import Ingestor, read_sources
+    from ragserve.rag.store import open_store
+
+    if not paths and not wiki:
+        console.print("[red]error:[/red] give files or folders, or --wiki")
+        raise typer.Exit(2)
+    settings = _rag_settings(data_dir, config, store)
+    embedder = Embedder()
+    index = open_store(settings.store_url, embedder.dimension)
+    ingestor = Ingestor(index, embedder, settings.chunk_size, settings.chunk_overlap)
+    items = list(read_sources(paths or []))
+    if wiki:
+        items += list(wiki_sources(load_wiki(limit=wiki_limit)))
+    acl = Acl.of(user, group)
+    with Progress(console=console, disable=as_json, transient=True) as progress:
+        task = progress.add_task("ingesting", total=len(items))
+        results = ingestor.ingest_many(
+            items, tenant, owner, acl, progress=lambda _: progress.advance(task)
+        )
+    index.close()
+    failed = [r for r in results if not r.ok]
+    if as_json:
+        print(json.dumps([asdict(r) for r in results]))
+    else:
+        for result in failed:
+            console.print(f"[red]not ingested:[/red] {result.error}")
+        done = [r for r in results if r.ok]
+        console.print(
+            f"ingested {len(done)} documents, {sum(r.chunks for r in done)} chunks "
+            f"({sum(r.embedded for r in done)} embedded, {sum(r.reused for r in done)} reused); "
+            f"{len(failed)} failed"
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+def _operator_store(data_dir: Path | None, config: Path | None, store: str | None) -> "Store":
+    """The local operator's view: everything of one tenant, from the configured store."""
+    from ragserve.rag.embeddings import Embedder
+    from ragserve.rag.store import open_store
+
+    settings = _rag_settings(data_dir, config, store)
+    return open_store(settings.store_url, Embedder().dimension)
+
+
+def _print_documents(documents: list, as_json: bool) -> None:
+    from ragserve.server.documents import document_json
+
+    if as_json:
+        print(json.dumps([document_json(d) for d in documents]))
+        return
+    table = Table("id", "title", "source", "owner", "users", "groups", "chunks", "version")
+    for d in documents:
+        table.add_row(
+            d.doc_id,
+            d.title[:40],
+            d.source[-40:],
+            d.owner,
+            ",".join(d.acl.users),
+            ",".join(d.acl.groups),
+            str(d.num_chunks),
+            str(d.version),
+        )
+    console.print(table)
+
+
+@docs_app.command("list")
+def docs_list(
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the tenant's documents with their ACLs."""
+    from ragserve.rag.documents import AccessFilter
+
+    index = _operator_store(data_dir, config, store)
+    _print_documents(
+        index.list_documents(AccessFilter(tenant, "operator", everything=True)), as_json
+    )
+
+
+@docs_app.command("show")
+def docs_show(
+    doc_id: str,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one document."""
+    from ragserve.rag.documents import AccessFilter
+
+    index = _operator_store(data_dir, config, store)
+    document = index.get_document(AccessFilter(tenant, "operator", everything=True), doc_id)
+    if document is None:
+        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
+        raise typer.Exit(1)
+    _print_documents([document], as_json)
+
+
+@docs_app.command("delete")
+def docs_delete(
+    doc_id: str,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Delete a document; the next query no longer sees it."""
+    from ragserve.rag.documents import AccessFilter
+
+    index = _operator_store(data_dir, config, store)
+    deleted = index.delete_document(AccessFilter(tenant, "operator", everything=True), doc_id)
+    if as_json:
+        print(json.dumps({"id": doc_id, "deleted": deleted}))
+    elif deleted:
+        console.print(f"deleted {doc_id}")
+    if not deleted:
+        if not as_json:
+            console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
+        raise typer.Exit(1)
+
+
+@docs_app.command("acl")
+def docs_acl(
+    doc_id: str,
+    user: Annotated[list[str] | None, typer.Option(help="A user who may read; repeatable.")] = None,
+    group: Annotated[
+        list[str] | None, typer.Option(help="A group that may read; repeatable.")
+    ] = None,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replace a document's ACL (the users and groups given; none: owner only)."""
+    from ragserve.rag.documents import AccessFilter, Acl
+
+    index = _operator_store(data_dir, config, store)
+    access = AccessFilter(tenant, "operator", everything=True)
+    if not index.set_acl(access, doc_id, Acl.of(user, group)):
+        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
+        raise typer.Exit(1)
+    _print_documents([index.get_document(access, doc_id)], as_json)

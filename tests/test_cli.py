@@ -21,3 +21,25 @@ def test_generate_reports_bad_input_clearly():
     result = run_cli("generate", "hi", "--temperature", "-1")
     assert result.returncode == 2
     assert "temperature must be >= 0" in result.stdout + result.stderr
+
+
+def test_ingest_and_docs_commands(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bees.md").write_text("# Bees\n\nBees make honey from nectar.\n")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 junk")
+    data = ["--data-dir", str(tmp_path / "data")]
+    result = run_cli("ingest", str(folder), "--group", "eng", "--tenant", "acme", *data, "--json")
+    assert result.returncode == 1, "a failed file makes the exit status non-zero"
+    records = {r["source"].rsplit("/", 1)[-1]: r for r in json.loads(result.stdout)}
+    assert records["bees.md"]["error"] is None and records["bees.md"]["chunks"] == 1
+    assert "not a readable PDF" in records["broken.pdf"]["error"]
+    listed = json.loads(run_cli("docs", "list", "--tenant", "acme", *data, "--json").stdout)
+    assert [d["title"] for d in listed] == ["Bees"]
+    doc_id = listed[0]["id"]
+    assert run_cli("docs", "list", "--tenant", "other", *data, "--json").stdout.strip() == "[]"
+    changed = run_cli("docs", "acl", doc_id, "--user", "ann", "--tenant", "acme", *data, "--json")
+    assert json.loads(changed.stdout)[0]["acl"] == {"users": ["ann"], "groups": []}
+    deleted = run_cli("docs", "delete", doc_id, "--tenant", "acme", *data, "--json")
+    assert json.loads(deleted.stdout) == {"id": doc_id, "deleted": True}
+    assert run_cli("docs", "show", doc_id, "--tenant", "acme", *data).returncode == 1

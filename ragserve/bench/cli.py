@@ -61,3 +61,38 @@ def offline(
         print(json.dumps(report))
     else:
         Console().print(Markdown(to_markdown(report)))
+
+
+@bench_app.command("ingest")
+def ingest(
+    store: Annotated[str, typer.Option(help="Store URL: a path, or postgresql://...")] = "",
+    pgserver_dir: Annotated[
+        Path | None, typer.Option(help="Start a PostgreSQL (pgserver) in this folder and use it.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N articles.")] = None,
+    queries: int = 200,
+    k: int = 10,
+    chunk_size: int = 128,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports"),
+) -> None:
+    """Ingestion throughput and ACL-filtered search latency on the Wikipedia corpus."""
+    import tempfile
+
+    from ragserve.bench.ingest import run, write_report
+
+    server = None
+    if pgserver_dir is not None:
+        import pgserver
+
+        server = pgserver.get_server(pgserver_dir, cleanup_mode="stop")
+        store = server.get_uri()
+    if not store:
+        store = str(Path(tempfile.mkdtemp()) / "bench.sqlite")
+    try:
+        report = run(store, limit, queries, k, chunk_size)
+    finally:
+        if server is not None:
+            server.cleanup()
+    name = "ingest-postgres" if store.startswith("postgres") else "ingest-sqlite"
+    write_report(report, out, name)
+    print(json.dumps(report, indent=2))

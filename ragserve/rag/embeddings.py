@@ -44,6 +44,8 @@ class Embedder:
         self._model = SentenceTransformer(str(self.path), device="cpu")
         self._lock = threading.Lock()
         self.dimension = self._model.get_embedding_dimension()
+        # Tokens of text the model reads, besides its two special tokens; beyond that it cuts.
+        self.max_tokens = self._model.max_seq_length - 2
 
     @property
     def tokenizer(self):

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,12 @@ from ragserve.engine.errors import EngineError, EngineOverloadedError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, Embedder
+from ragserve.rag.ingest import Ingestor
+from ragserve.rag.retrieval import RetrievalSettings, Retriever
+from ragserve.rag.store import open_store
 from ragserve.server.async_engine import AsyncEngine, EngineDeadError, RequestStream
 from ragserve.server.auth import KeyStore, Principal
+from ragserve.server.documents import document_routes
 from ragserve.server.limits import LimitExceeded, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import (
@@ -43,63 +47,21 @@ from ragserve.server.protocol import (
 )
 from ragserve.server.response_cache import ResponseCache, cache_key
 from ragserve.server.settings import ServerSettings
+from ragserve.server.state import APIError, ServerState, weights_version
 
 logger = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.1
 
 
-class APIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str,
-        code: str,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.retry_after_s = retry_after_s
-
-
-def weights_version(model_path: Path) -> str:
-    """Identifies the weights without reading them all: names, sizes and the first MiB."""
-    digest = hashlib.sha256()
-    for path in sorted(model_path.glob("*.safetensors")):
-        digest.update(f"{path.name}:{path.stat().st_size}".encode())
-        with path.open("rb") as f:
-            digest.update(f.read(1 << 20))
-    return digest.hexdigest()[:16]
-
-
-@dataclass
-class ServerState:
-    settings: ServerSettings
-    engine: LLMEngine
-    async_engine: AsyncEngine
-    keys: KeyStore
-    limiter: UserLimiter
-    metrics: ServerMetrics
-    cache: ResponseCache | None
-    model_id: str
-    weights_version: str
-    template_version: str
-    # The RAG store's version, so cached answers die with the documents they came from.
-    index_version: Callable[[], str] = lambda: "none"
-    _embedder: Embedder | None = field(default=None, repr=False)
-
-    async def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = await run_in_threadpool(Embedder, DEFAULT_EMBEDDING_MODEL)
-        return self._embedder
-
-
-def build_app(settings: ServerSettings, engine: LLMEngine | None = None) -> FastAPI:
+def build_app(
+    settings: ServerSettings,
+    engine: LLMEngine | None = None,
+    embedder: Embedder | None = None,
+) -> FastAPI:
     engine = engine or LLMEngine(settings.engine_config())
+    embedder = embedder or Embedder(DEFAULT_EMBEDDING_MODEL)
+    store = open_store(settings.store_url, embedder.dimension)
     template = engine.tokenizer.chat_template or ""
     state = ServerState(
         settings=settings,
@@ -116,6 +78,14 @@ def build_app(settings: ServerSettings, engine: LLMEngine | None = None) -> Fast
         model_id=Path(settings.model).name,
         weights_version=weights_version(engine.model_path),
         template_version=hashlib.sha256(template.encode()).hexdigest()[:16],
+        embedder=embedder,
+        store=store,
+        ingestor=Ingestor(store, embedder, settings.chunk_size, settings.chunk_overlap),
+        retriever=Retriever(
+            store,
+            embedder,
+            RetrievalSettings(settings.retrieval_top_k, settings.retrieval_candidates),
+        ),
     )
 
     @contextlib.asynccontextmanager
@@ -123,6 +93,7 @@ def build_app(settings: ServerSettings, engine: LLMEngine | None = None) -> Fast
         state.async_engine.start()
         yield
         state.async_engine.shutdown()
+        store.close()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
@@ -236,7 +207,6 @@ def build_app(settings: ServerSettings, engine: LLMEngine | None = None) -> Fast
                 "model_not_found",
             )
         texts = [body.input] if isinstance(body.input, str) else body.input
-        embedder = await state.embedder()
         vectors = await run_in_threadpool(embedder.embed, texts)
         tokens = await run_in_threadpool(embedder.count_tokens, texts)
         return {
@@ -256,6 +226,7 @@ def build_app(settings: ServerSettings, engine: LLMEngine | None = None) -> Fast
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
+    app.include_router(document_routes(state, principal))
     return app
 
 

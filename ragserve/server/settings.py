@@ -35,6 +35,14 @@ class ServerSettings(BaseSettings):
     default_max_tokens: int = Field(256, ge=1)
     max_concurrent_requests_per_user: int = Field(16, ge=1)
     tokens_per_minute_per_user: int = Field(200_000, ge=1)
+    # Documents and retrieval. store: a path or sqlite:///path, or postgresql://...;
+    # default data_dir/index.sqlite.
+    store: str | None = None
+    chunk_size: int = Field(128, ge=8)
+    chunk_overlap: int = Field(16, ge=0)
+    retrieval_top_k: int = Field(5, ge=1, le=100)
+    retrieval_candidates: int = Field(30, ge=1, le=1000)
+    max_upload_bytes: int = Field(20 << 20, ge=1)
     # Response cache (off by default).
     response_cache: bool = False
     response_cache_ttl_s: float = Field(300.0, gt=0)
@@ -63,6 +71,10 @@ class ServerSettings(BaseSettings):
             )
 
         return FromFile(**{k: v for k, v in overrides.items() if v is not None})
+
+    @property
+    def store_url(self) -> str:
+        return self.store or str(self.data_dir / "index.sqlite")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(

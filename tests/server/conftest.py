@@ -8,6 +8,7 @@ import uvicorn
 
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
+from ragserve.rag.embeddings import Embedder
 from ragserve.server.app import build_app
 from ragserve.server.auth import Role
 from ragserve.server.settings import ServerSettings
@@ -51,8 +52,10 @@ class LiveServer:
         raise AssertionError(f"engine not idle: {self.engine.stats()}")
 
 
-def start_server(settings: ServerSettings, engine: LLMEngine) -> Iterator[LiveServer]:
-    app = build_app(settings, engine)
+def start_server(
+    settings: ServerSettings, engine: LLMEngine, embedder: Embedder
+) -> Iterator[LiveServer]:
+    app = build_app(settings, engine, embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -64,8 +67,13 @@ def start_server(settings: ServerSettings, engine: LLMEngine) -> Iterator[LiveSe
     thread.join(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return Embedder()
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[LiveServer]:
+def server(tmp_path_factory, embedder) -> Iterator[LiveServer]:
     settings = ServerSettings(
         data_dir=tmp_path_factory.mktemp("data"),
         dtype="float32",
@@ -78,4 +86,4 @@ def server(tmp_path_factory) -> Iterator[LiveServer]:
     engine = LLMEngine(
         EngineConfig(dtype="float32", kv_cache_memory_bytes=4096 * 46080, max_num_batched_tokens=64)
     )
-    yield from start_server(settings, engine)
+    yield from start_server(settings, engine, embedder)

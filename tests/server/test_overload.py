@@ -8,7 +8,7 @@ from tests.server.conftest import start_server
 
 
 @pytest.fixture(scope="module")
-def small_server(tmp_path_factory):
+def small_server(tmp_path_factory, embedder):
     settings = ServerSettings(data_dir=tmp_path_factory.mktemp("data"), dtype="float32")
     engine = LLMEngine(
         EngineConfig(
@@ -18,7 +18,7 @@ def small_server(tmp_path_factory):
             max_queued_requests=1,
         )
     )
-    yield from start_server(settings, engine)
+    yield from start_server(settings, engine, embedder)
 
 
 def test_full_queue_is_503_with_retry_after(small_server):

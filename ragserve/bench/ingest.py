@@ -1,0 +1,138 @@
+"""Ingestion throughput and filtered search latency on the bundled Wikipedia corpus.
+
+Every document gets an ACL: one in ten is readable by the group "rare", the rest by "common".
+Searches run as a member of "rare" only, so the ACL admits 10% of the documents and k results
+must still come back. On PostgreSQL the exact scan and the HNSW index are also measured alone,
+with recall@k of HNSW against the exact answer.
+"""
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from ragserve.rag.corpus import load_wiki, wiki_sources
+from ragserve.rag.documents import AccessFilter, Acl
+from ragserve.rag.embeddings import Embedder
+from ragserve.rag.ingest import Ingestor
+from ragserve.rag.retrieval import RetrievalSettings, Retriever
+from ragserve.rag.store import Store, open_store
+
+TENANT = "bench"
+T = TypeVar("T")
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def timed(fn: Callable[..., T], *args: object) -> tuple[float, T]:
+    start = time.perf_counter()
+    result = fn(*args)
+    return (time.perf_counter() - start) * 1000, result
+
+
+def ingest_corpus(store: Store, embedder: Embedder, limit: int | None, chunk_size: int) -> dict:
+    ingestor = Ingestor(store, embedder, chunk_size, chunk_size // 8)
+    articles = load_wiki(limit=limit)
+    rare = Acl.of(groups=["rare"])
+    common = Acl.of(groups=["common"])
+    sources = list(wiki_sources(articles))
+    start = time.perf_counter()
+    # Two batches, one per ACL, as an operator would ingest them.
+    results = ingestor.ingest_many(sources[::10], TENANT, "bench", rare)
+    results += ingestor.ingest_many(
+        [s for i, s in enumerate(sources) if i % 10], TENANT, "bench", common
+    )
+    chunks = sum(r.chunks for r in results)
+    seconds = time.perf_counter() - start
+    return {
+        "documents": len(articles),
+        "chunks": chunks,
+        "seconds": seconds,
+        "chunks_per_s": chunks / seconds,
+        "documents_per_s": len(articles) / seconds,
+    }
+
+
+def search_latency(store: Store, embedder: Embedder, queries: list[str], k: int) -> dict:
+    reader = AccessFilter(TENANT, "reader", ("rare",))
+    retriever = Retriever(store, embedder, RetrievalSettings(top_k=k))
+    vectors = embedder.embed(queries)
+    keyword, dense, hybrid, short = [], [], [], 0
+    for query, vector in zip(queries, vectors, strict=True):
+        ms, _ = timed(store.keyword_search, reader, query, k)
+        keyword.append(ms)
+        ms, found = timed(store.vector_search, reader, vector, k)
+        dense.append(ms)
+        short += len(found) < k
+        ms, _ = timed(retriever.hybrid, reader, query, k)
+        hybrid.append(ms)
+
+    def summary(values: list[float]) -> dict:
+        return {
+            "p50_ms": percentile(values, 50),
+            "p99_ms": percentile(values, 99),
+            "mean_ms": statistics.fmean(values),
+        }
+
+    return {
+        "queries": len(queries),
+        "k": k,
+        "keyword": summary(keyword),
+        "dense": summary(dense),
+        "hybrid (embedding included)": summary(hybrid),
+        "dense searches returning fewer than k": short,
+    }
+
+
+def postgres_strategies(store: Store, embedder: Embedder, queries: list[str], k: int) -> dict:
+    reader = AccessFilter(TENANT, "reader", ("rare",))
+    vectors = embedder.embed(queries)
+    results: dict = {}
+    exact_ids = []
+    for strategy in ("exact", "hnsw"):
+        store.search_strategy = strategy  # type: ignore[attr-defined]
+        latencies, counts, recalls = [], [], []
+        for i, vector in enumerate(vectors):
+            ms, found = timed(store.vector_search, reader, vector, k)
+            latencies.append(ms)
+            counts.append(len(found))
+            ids = {c.chunk_id for c in found}
+            if strategy == "exact":
+                exact_ids.append(ids)
+            else:
+                recalls.append(len(ids & exact_ids[i]) / max(len(exact_ids[i]), 1))
+        results[strategy] = {
+            "p50_ms": percentile(latencies, 50),
+            "p99_ms": percentile(latencies, 99),
+            "mean_results": statistics.fmean(counts),
+        }
+        if recalls:
+            results[strategy]["recall_at_k_vs_exact"] = statistics.fmean(recalls)
+    store.search_strategy = "auto"  # type: ignore[attr-defined]
+    return results
+
+
+def run(store_url: str, limit: int | None, queries: int, k: int, chunk_size: int) -> dict:
+    embedder = Embedder()
+    store = open_store(store_url, embedder.dimension)
+    report = {"store": store_url.split("@")[-1], "chunk_size": chunk_size}
+    report["ingest"] = ingest_corpus(store, embedder, limit, chunk_size)
+    # Questions a user might ask: the first sentence of rare-group articles, shortened.
+    articles = load_wiki(limit=limit)
+    texts = [a.text.split(". ")[0][:120] for a in articles[::10][:queries]]
+    report["search"] = search_latency(store, embedder, texts, k)
+    if hasattr(store, "search_strategy"):
+        report["postgres_strategies"] = postgres_strategies(store, embedder, texts, k)
+    store.close()
+    return report
+
+
+def write_report(report: dict, out_dir: Path, name: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2))

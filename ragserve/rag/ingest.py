@@ -1,0 +1,183 @@
+"""The ingestion path: parse -> chunk (with spans) -> attach source and ACL -> embed -> store.
+
+Re-ingesting a document embeds only chunks whose text changed (matched by content hash) and
+writes the new version in one store transaction. A file that fails to parse is reported and
+skipped; the rest of the batch goes on, and nothing already stored is touched.
+"""
+
+import hashlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ragserve.rag.chunking import Chunker, ChunkSpan
+from ragserve.rag.documents import Acl, ChunkRecord, DocumentRecord, content_hash
+from ragserve.rag.embeddings import Embedder
+from ragserve.rag.parsers import ParsedDocument, ParseError, parse_bytes
+from ragserve.rag.store import Store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 128
+DEFAULT_CHUNK_OVERLAP = 16
+# Documents whose chunks are embedded in one call: large enough to fill the embedder's batches.
+EMBED_BATCH_DOCUMENTS = 64
+
+
+@dataclass
+class IngestResult:
+    source: str
+    doc_id: str | None = None
+    version: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class SourceDocument:
+    """One thing to ingest: raw bytes with a name, or parsed text."""
+
+    source: str
+    data: bytes | None = None
+    parsed: ParsedDocument | None = None
+    doc_id: str | None = None
+    kind: str | None = None
+    error: str | None = None
+
+
+def default_doc_id(tenant: str, owner: str, source: str) -> str:
+    """Same tenant, owner and source, same document: re-ingesting a file updates it."""
+    return hashlib.sha256(f"{tenant}\0{owner}\0{source}".encode()).hexdigest()[:16]
+
+
+class Ingestor:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    ) -> None:
+        if chunk_size > embedder.max_tokens:
+            raise ValueError(
+                f"chunk size {chunk_size} exceeds the {embedder.max_tokens} tokens "
+                f"{embedder.name} reads; longer chunks would be embedded cut short"
+            )
+        self.store = store
+        self.embedder = embedder
+        self.chunker = Chunker(embedder.tokenizer.backend_tokenizer, chunk_size, chunk_overlap)
+
+    def ingest(self, item: SourceDocument, tenant: str, owner: str, acl: Acl) -> IngestResult:
+        return self.ingest_many([item], tenant, owner, acl)[0]
+
+    def ingest_many(
+        self,
+        items: Iterable[SourceDocument],
+        tenant: str,
+        owner: str,
+        acl: Acl,
+        progress: Callable[[IngestResult], None] | None = None,
+    ) -> list[IngestResult]:
+        """Ingest in batches: the chunks of a batch's documents are embedded together."""
+        results = []
+        for batch in _batches(items, EMBED_BATCH_DOCUMENTS):
+            prepared = [self._prepare(item, tenant, owner, acl) for item in batch]
+            self._embed_missing([p for p in prepared if isinstance(p, _Prepared)])
+            for entry in prepared:
+                result = entry if isinstance(entry, IngestResult) else self._write(entry)
+                if not result.ok:
+                    logger.warning("not ingested: %s", result.error)
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+        return results
+
+    def _prepare(
+        self, item: SourceDocument, tenant: str, owner: str, acl: Acl
+    ) -> "_Prepared | IngestResult":
+        if item.error is not None:
+            return IngestResult(item.source, error=item.error)
+        try:
+            parsed = item.parsed or parse_bytes(item.data or b"", item.source, item.kind)
+        except ParseError as error:
+            return IngestResult(item.source, error=str(error))
+        doc_id = item.doc_id or default_doc_id(tenant, owner, item.source)
+        spans = self.chunker.split(parsed)
+        document = DocumentRecord(
+            doc_id=doc_id,
+            tenant=tenant,
+            owner=owner,
+            source=item.source,
+            title=parsed.title,
+            content_hash=content_hash(parsed.text),
+            acl=acl,
+            text_length=len(parsed.text),
+        )
+        known = self.store.chunk_embeddings(tenant, doc_id)
+        return _Prepared(document, spans, [content_hash(s.text) for s in spans], known)
+
+    def _embed_missing(self, prepared: list["_Prepared"]) -> None:
+        texts: dict[str, str] = {}
+        for entry in prepared:
+            for span, digest in zip(entry.spans, entry.hashes, strict=True):
+                if digest not in entry.known:
+                    texts.setdefault(digest, span.text)
+        if not texts:
+            return
+        vectors = dict(zip(texts, self.embedder.embed(list(texts.values())), strict=True))
+        for entry in prepared:
+            entry.embedded = {h: vectors[h] for h in entry.hashes if h not in entry.known}
+
+    def _write(self, entry: "_Prepared") -> IngestResult:
+        vectors = {**entry.known, **entry.embedded}
+        chunks = [
+            ChunkRecord("", entry.document.doc_id, s.index, s.start, s.end, s.text, h, vectors[h])
+            for s, h in zip(entry.spans, entry.hashes, strict=True)
+        ]
+        self.store.write_document(entry.document, chunks)
+        return IngestResult(
+            source=entry.document.source,
+            doc_id=entry.document.doc_id,
+            version=entry.document.version,
+            chunks=len(chunks),
+            embedded=len(entry.embedded),
+            reused=sum(1 for h in entry.hashes if h in entry.known),
+        )
+
+
+@dataclass
+class _Prepared:
+    """A parsed and chunked document waiting for its embeddings."""
+
+    document: DocumentRecord
+    spans: list[ChunkSpan]
+    hashes: list[str]
+    known: dict[str, np.ndarray]
+    embedded: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _batches(items: Iterable[SourceDocument], size: int) -> Iterator[list[SourceDocument]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def read_sources(paths: Iterable[Path]) -> Iterable[SourceDocument]:
+    """Files under the given paths (folders are walked), as SourceDocuments."""
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            try:
+                yield SourceDocument(str(file), data=file.read_bytes())
+            except OSError as error:
+                yield SourceDocument(str(file), error=f"{file}: cannot read ({error.strerror})")

@@ -1,0 +1,57 @@
+"""Hybrid retrieval: BM25 and dense search fused by reciprocal rank fusion (RRF).
+
+The access filter is the reader's, built from the authenticated principal by the caller, and is
+applied by the store inside both queries. Nothing a request carries can replace it.
+"""
+
+from dataclasses import dataclass
+
+from ragserve.rag.documents import AccessFilter, ScoredChunk
+from ragserve.rag.embeddings import Embedder
+from ragserve.rag.store import Store
+
+RRF_K = 60
+
+
+@dataclass
+class RetrievalSettings:
+    top_k: int = 5
+    # Candidates taken from each of BM25 and dense search before fusion.
+    candidates: int = 30
+    rrf_k: int = RRF_K
+
+
+def reciprocal_rank_fusion(
+    rankings: list[list[ScoredChunk]], rrf_k: int = RRF_K
+) -> list[ScoredChunk]:
+    """Fuse rankings; each chunk's score becomes sum(1 / (rrf_k + rank))."""
+    fused: dict[str, ScoredChunk] = {}
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, chunk in enumerate(ranking, start=1):
+            fused.setdefault(chunk.chunk_id, chunk)
+            scores[chunk.chunk_id] = scores.get(chunk.chunk_id, 0.0) + 1.0 / (rrf_k + rank)
+    ordered = sorted(scores, key=lambda c: -scores[c])
+    return [ScoredChunk(**{**fused[c].__dict__, "score": scores[c]}) for c in ordered]
+
+
+class Retriever:
+    def __init__(self, store: Store, embedder: Embedder, settings: RetrievalSettings) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+
+    def keyword(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
+        return self.store.keyword_search(access, query, k)
+
+    def dense(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
+        vector = self.embedder.embed([query])[0]
+        return self.store.vector_search(access, vector, k)
+
+    def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
+        k = k or self.settings.top_k
+        n = max(self.settings.candidates, k)
+        fused = reciprocal_rank_fusion(
+            [self.keyword(access, query, n), self.dense(access, query, n)], self.settings.rrf_k
+        )
+        return fused[:k]

@@ -1,0 +1,1 @@
+"""Store backends: SQLite (embedded) and PostgreSQL + pgvector (scale-out)."""

@@ -1,0 +1,327 @@
+"""The scale-out store: PostgreSQL with pgvector (HNSW, cosine) and tsvector full text.
+
+The ACL condition is in the WHERE clause of every read. An HNSW scan filters after the index,
+so a selective ACL can leave fewer than k rows: when the reader's share of chunks is small the
+search is exact (a scan of the permitted rows, index off); otherwise it uses HNSW with
+ef_search raised in proportion to the filter, and falls back to the exact scan if fewer than k
+rows come back. Where pgvector >= 0.8 is installed, iterative index scans are turned on too.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+from ragserve.rag.documents import (
+    AccessFilter,
+    Acl,
+    ChunkRecord,
+    DocumentRecord,
+    ScoredChunk,
+    chunk_id,
+    query_terms,
+)
+
+SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS rs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rs_documents (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, owner TEXT NOT NULL, source TEXT NOT NULL,
+    title TEXT NOT NULL, content_hash TEXT NOT NULL, version INTEGER NOT NULL,
+    ingested_at DOUBLE PRECISION NOT NULL, text_length INTEGER NOT NULL,
+    PRIMARY KEY (tenant, doc_id)
+);
+CREATE TABLE IF NOT EXISTS rs_doc_acl (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
+    PRIMARY KEY (tenant, doc_id, kind, name)
+);
+CREATE INDEX IF NOT EXISTS rs_doc_acl_by_name ON rs_doc_acl (kind, name);
+CREATE TABLE IF NOT EXISTS rs_chunks (
+    id BIGSERIAL PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL, version INTEGER NOT NULL, idx INTEGER NOT NULL,
+    start INTEGER NOT NULL, stop INTEGER NOT NULL, text TEXT NOT NULL,
+    content_hash TEXT NOT NULL, embedding vector({dimension}) NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX IF NOT EXISTS rs_chunks_by_doc ON rs_chunks (tenant, doc_id, version);
+CREATE INDEX IF NOT EXISTS rs_chunks_tsv ON rs_chunks USING gin (tsv);
+CREATE INDEX IF NOT EXISTS rs_chunks_hnsw ON rs_chunks USING hnsw (embedding vector_cosine_ops);
+"""
+
+ACL_CONDITION = """d.tenant = %(tenant)s AND (%(everything)s OR d.owner = %(user)s OR EXISTS (
+    SELECT 1 FROM rs_doc_acl a WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id AND (
+        (a.kind = 'user' AND a.name = %(user)s)
+        OR (a.kind = 'group' AND a.name = ANY(%(groups)s)))))"""
+
+CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
+    ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"""
+
+CHUNK_COLUMNS = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
+# Below this share of all chunks, the reader's chunks are scanned exactly.
+EXACT_SEARCH_SHARE = 0.2
+MAX_EF_SEARCH = 1000
+
+
+def access_params(access: AccessFilter) -> dict[str, object]:
+    return {
+        "tenant": access.tenant,
+        "user": access.user,
+        "groups": list(access.groups),
+        "everything": access.everything,
+    }
+
+
+def ts_query(text: str) -> str | None:
+    """Any of the query's words, as a tsquery."""
+    return " | ".join(query_terms(text)) or None
+
+
+class PostgresStore:
+    def __init__(self, url: str, dimension: int) -> None:
+        self.dimension = dimension
+        # "auto" picks per query (see the module docstring); "exact" and "hnsw" are for
+        # measuring one path alone.
+        self.search_strategy = "auto"
+        self._db = psycopg.connect(url, autocommit=True)
+        self._lock = threading.RLock()
+        self._db.execute(SCHEMA.replace("{dimension}", str(dimension)))
+        register_vector(self._db)
+        self._db.execute(
+            "INSERT INTO rs_meta VALUES ('index_version', '0'), ('dimension', %s)"
+            " ON CONFLICT (key) DO NOTHING",
+            (str(dimension),),
+        )
+        stored = int(self._meta("dimension"))
+        if stored != dimension:
+            raise ValueError(f"the database holds {stored}-dimensional embeddings, not {dimension}")
+        version = self._db.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()[0]
+        self.pgvector_version = tuple(int(p) for p in version.split(".")[:2])
+        self.iterative_scan = self.pgvector_version >= (0, 8)
+
+    def _meta(self, key: str) -> str:
+        return self._db.execute("SELECT value FROM rs_meta WHERE key = %s", (key,)).fetchone()[0]
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection]:
+        with self._lock, self._db.transaction():
+            yield self._db
+
+    def _bump_version(self) -> None:
+        self._db.execute(
+            "UPDATE rs_meta SET value = (value::bigint + 1)::text WHERE key = 'index_version'"
+        )
+
+    def index_version(self) -> str:
+        with self._lock:
+            return "pg:" + self._meta("index_version")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # Writes
+
+    def current_version(self, tenant: str, doc_id: str) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT version FROM rs_documents WHERE tenant = %s AND doc_id = %s",
+                (tenant, doc_id),
+            ).fetchone()
+        return row[0] if row else 0
+
+    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
+                " WHERE c.tenant = %s AND c.doc_id = %s",
+                (tenant, doc_id),
+            ).fetchall()
+        return {h: v.to_numpy().astype(np.float32) for h, v in rows}
+
+    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT version FROM rs_documents WHERE tenant = %s AND doc_id = %s FOR UPDATE",
+                (document.tenant, document.doc_id),
+            ).fetchone()
+            old_version = row[0] if row else 0
+            document.version = old_version + 1
+            document.ingested_at = time.time()
+            document.num_chunks = len(chunks)
+            for chunk in chunks:
+                chunk.chunk_id = chunk_id(
+                    document.tenant, document.doc_id, document.version, chunk.index
+                )
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO rs_chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
+                    " text, content_hash, embedding)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            c.chunk_id,
+                            document.tenant,
+                            document.doc_id,
+                            document.version,
+                            c.index,
+                            c.start,
+                            c.end,
+                            c.text,
+                            c.content_hash,
+                            np.asarray(c.embedding, dtype=np.float32),
+                        )
+                        for c in chunks
+                    ],
+                )
+            if old_version:
+                self._remove_chunks(document.tenant, document.doc_id, old_version)
+            db.execute(
+                "INSERT INTO rs_documents (tenant, doc_id, owner, source, title, content_hash,"
+                " version, ingested_at, text_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (tenant, doc_id) DO UPDATE SET owner = EXCLUDED.owner,"
+                " source = EXCLUDED.source, title = EXCLUDED.title,"
+                " content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,"
+                " ingested_at = EXCLUDED.ingested_at, text_length = EXCLUDED.text_length",
+                (
+                    document.tenant,
+                    document.doc_id,
+                    document.owner,
+                    document.source,
+                    document.title,
+                    document.content_hash,
+                    document.version,
+                    document.ingested_at,
+                    document.text_length,
+                ),
+            )
+            self._replace_acl(document.tenant, document.doc_id, document.acl)
+            self._bump_version()
+
+    def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
+        if version:
+            self._db.execute(
+                "DELETE FROM rs_chunks WHERE tenant = %s AND doc_id = %s AND version = %s",
+                (tenant, doc_id, version),
+            )
+        else:
+            self._db.execute(
+                "DELETE FROM rs_chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+            )
+
+    def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None:
+        self._db.execute(
+            "DELETE FROM rs_doc_acl WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+        )
+        rows = [(tenant, doc_id, "user", u) for u in acl.users]
+        rows += [(tenant, doc_id, "group", g) for g in acl.groups]
+        if rows:
+            with self._db.cursor() as cursor:
+                cursor.executemany("INSERT INTO rs_doc_acl VALUES (%s, %s, %s, %s)", rows)
+
+    def _visible(self, access: AccessFilter, doc_id: str) -> bool:
+        row = self._db.execute(
+            f"SELECT 1 FROM rs_documents d WHERE d.doc_id = %(doc_id)s AND {ACL_CONDITION}",
+            {"doc_id": doc_id, **access_params(access)},
+        ).fetchone()
+        return row is not None
+
+    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
+        with self._transaction() as db:
+            if not self._visible(access, doc_id):
+                return False
+            self._remove_chunks(access.tenant, doc_id)
+            db.execute(
+                "DELETE FROM rs_doc_acl WHERE tenant = %s AND doc_id = %s", (access.tenant, doc_id)
+            )
+            db.execute(
+                "DELETE FROM rs_documents WHERE tenant = %s AND doc_id = %s",
+                (access.tenant, doc_id),
+            )
+            self._bump_version()
+        return True
+
+    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
+        with self._transaction():
+            if not self._visible(access, doc_id):
+                return False
+            self._replace_acl(access.tenant, doc_id, acl)
+            self._bump_version()
+        return True
+
+    # Reads
+
+    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
+        where = ACL_CONDITION + (" AND d.doc_id = %(doc_id)s" if doc_id else "")
+        rows = self._db.execute(
+            "SELECT d.doc_id, d.tenant, d.owner, d.source, d.title, d.content_hash, d.version,"
+            " d.ingested_at, d.text_length,"
+            " (SELECT COUNT(*) FROM rs_chunks c WHERE c.tenant = d.tenant"
+            "  AND c.doc_id = d.doc_id AND c.version = d.version),"
+            " (SELECT json_agg(json_build_array(a.kind, a.name)) FROM rs_doc_acl a"
+            "  WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id)"
+            f" FROM rs_documents d WHERE {where} ORDER BY d.doc_id",
+            {"doc_id": doc_id, **access_params(access)},
+        ).fetchall()
+        documents = []
+        for row in rows:
+            acl_pairs = row[10] if isinstance(row[10], list) else json.loads(row[10] or "[]")
+            documents.append(DocumentRecord.from_row(row[:10], acl_pairs))
+        return documents
+
+    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
+        with self._lock:
+            found = self._documents(access, doc_id)
+        return found[0] if found else None
+
+    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+        with self._lock:
+            return self._documents(access, None)
+
+    def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
+        match = ts_query(query)
+        if match is None:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {CHUNK_COLUMNS}, ts_rank_cd(c.tsv, q) AS score"
+                f" FROM {CURRENT_CHUNKS}, to_tsquery('english', %(match)s) q"
+                f" WHERE c.tsv @@ q AND {ACL_CONDITION} ORDER BY score DESC LIMIT %(k)s",
+                {"match": match, "k": k, **access_params(access)},
+            ).fetchall()
+        return [ScoredChunk(*row) for row in rows]
+
+    def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
+        params = {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)}
+        query = (
+            f"SELECT {CHUNK_COLUMNS}, 1 - (c.embedding <=> %(q)s) AS score FROM {CURRENT_CHUNKS}"
+            f" WHERE {ACL_CONDITION} ORDER BY c.embedding <=> %(q)s LIMIT %(k)s"
+        )
+        with self._transaction() as db:
+            total = db.execute("SELECT COUNT(*) FROM rs_chunks").fetchone()[0]
+            permitted = db.execute(
+                f"SELECT COUNT(*) FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}", params
+            ).fetchone()[0]
+            if permitted == 0:
+                return []
+            share = permitted / max(total, 1)
+            strategy = self.search_strategy
+            rows: list = []
+            if strategy == "hnsw" or (strategy == "auto" and share >= EXACT_SEARCH_SHARE):
+                ef_search = min(MAX_EF_SEARCH, max(40, int(2 * k / share)))
+                db.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+                if self.iterative_scan:
+                    db.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                rows = db.execute(query, params).fetchall()
+            if strategy != "hnsw" and len(rows) < min(k, permitted):
+                db.execute("SET LOCAL enable_indexscan = off")
+                rows = db.execute(query, params).fetchall()
+        results = [ScoredChunk(*row) for row in rows]
+        return sorted(results, key=lambda r: -r.score)

@@ -1,0 +1,335 @@
+"""The embedded store: one SQLite file with FTS5 for BM25 and exact cosine search in numpy.
+
+The ACL condition is part of every read query (a join against the ACL rows). Vector search asks
+SQLite for the permitted chunk ids, then scores only those rows of an in-memory matrix of all
+embeddings, reloaded when the index version moves.
+"""
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from ragserve.rag.documents import (
+    AccessFilter,
+    Acl,
+    ChunkRecord,
+    DocumentRecord,
+    ScoredChunk,
+    chunk_id,
+    query_terms,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, owner TEXT NOT NULL, source TEXT NOT NULL,
+    title TEXT NOT NULL, content_hash TEXT NOT NULL, version INTEGER NOT NULL,
+    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL,
+    PRIMARY KEY (tenant, doc_id)
+);
+CREATE TABLE IF NOT EXISTS doc_acl (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
+    PRIMARY KEY (tenant, doc_id, kind, name)
+);
+CREATE INDEX IF NOT EXISTS doc_acl_by_name ON doc_acl (kind, name);
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL, version INTEGER NOT NULL, idx INTEGER NOT NULL, start INTEGER NOT NULL,
+    stop INTEGER NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL, embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, tokenize = 'porter unicode61');
+"""
+
+# Visible documents `d` for the reader in the named parameters (see AccessFilter).
+ACL_CONDITION = """d.tenant = :tenant AND (:everything OR d.owner = :user OR EXISTS (
+    SELECT 1 FROM doc_acl a WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id AND (
+        (a.kind = 'user' AND a.name = :user)
+        OR (a.kind = 'group' AND a.name IN (SELECT value FROM json_each(:groups))))))"""
+
+# A chunk's document, in its current version only.
+DOCUMENT_OF_CHUNK = (
+    "JOIN documents d ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"
+)
+CURRENT_CHUNKS = f"chunks c {DOCUMENT_OF_CHUNK}"
+
+
+def access_params(access: AccessFilter) -> dict[str, object]:
+    return {
+        "tenant": access.tenant,
+        "user": access.user,
+        "groups": json.dumps(list(access.groups)),
+        "everything": int(access.everything),
+    }
+
+
+def fts_query(text: str) -> str | None:
+    """Any of the query's words, each quoted."""
+    return " OR ".join(f'"{w}"' for w in query_terms(text)) or None
+
+
+class SqliteStore:
+    def __init__(self, path: str | Path, dimension: int) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.dimension = dimension
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode = WAL")
+        # With WAL, NORMAL still never corrupts the file; a power cut may lose the last commits.
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute("PRAGMA busy_timeout = 30000")
+        self._lock = threading.RLock()
+        self._db.executescript(SCHEMA)  # idempotent; executescript commits on its own
+        with self._transaction(write=True):
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('store_id', ?), ('index_version', '0'),"
+                " ('dimension', ?)",
+                (uuid.uuid4().hex, str(dimension)),
+            )
+        stored = int(self._meta("dimension"))
+        if stored != dimension:
+            raise ValueError(f"{path} holds {stored}-dimensional embeddings, not {dimension}")
+        self._matrix_version = ""
+        self._rowids = np.empty(0, dtype=np.int64)
+        self._matrix = np.empty((0, dimension), dtype=np.float32)
+
+    @contextmanager
+    def _transaction(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _meta(self, key: str) -> str:
+        return self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
+
+    def _bump_version(self) -> None:
+        self._db.execute(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'index_version'"
+        )
+
+    def index_version(self) -> str:
+        with self._transaction():
+            return f"{self._meta('store_id')}:{self._meta('index_version')}"
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # Writes
+
+    def current_version(self, tenant: str, doc_id: str) -> int:
+        with self._transaction():
+            row = self._db.execute(
+                "SELECT version FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+            ).fetchone()
+        return row[0] if row else 0
+
+    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
+        with self._transaction():
+            rows = self._db.execute(
+                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
+                " WHERE c.tenant = ? AND c.doc_id = ?",
+                (tenant, doc_id),
+            ).fetchall()
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
+
+    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        with self._transaction(write=True) as db:
+            row = db.execute(
+                "SELECT version FROM documents WHERE tenant = ? AND doc_id = ?",
+                (document.tenant, document.doc_id),
+            ).fetchone()
+            old_version = row[0] if row else 0
+            document.version = old_version + 1
+            document.ingested_at = time.time()
+            document.num_chunks = len(chunks)
+            for chunk in chunks:
+                chunk.chunk_id = chunk_id(
+                    document.tenant, document.doc_id, document.version, chunk.index
+                )
+                cursor = db.execute(
+                    "INSERT INTO chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
+                    " text, content_hash, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        chunk.chunk_id,
+                        document.tenant,
+                        document.doc_id,
+                        document.version,
+                        chunk.index,
+                        chunk.start,
+                        chunk.end,
+                        chunk.text,
+                        chunk.content_hash,
+                        np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
+                    (cursor.lastrowid, chunk.text),
+                )
+            if old_version:
+                self._remove_chunks(document.tenant, document.doc_id, old_version)
+            db.execute(
+                "INSERT OR REPLACE INTO documents (tenant, doc_id, owner, source, title,"
+                " content_hash, version, ingested_at, text_length)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    document.tenant,
+                    document.doc_id,
+                    document.owner,
+                    document.source,
+                    document.title,
+                    document.content_hash,
+                    document.version,
+                    document.ingested_at,
+                    document.text_length,
+                ),
+            )
+            self._replace_acl(document.tenant, document.doc_id, document.acl)
+            self._bump_version()
+
+    def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
+        condition = "tenant = ? AND doc_id = ?" + (" AND version = ?" if version else "")
+        params = (tenant, doc_id, version) if version else (tenant, doc_id)
+        self._db.execute(
+            f"DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE {condition})",
+            params,
+        )
+        self._db.execute(f"DELETE FROM chunks WHERE {condition}", params)
+
+    def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None:
+        self._db.execute("DELETE FROM doc_acl WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
+        self._db.executemany(
+            "INSERT INTO doc_acl VALUES (?, ?, ?, ?)",
+            [(tenant, doc_id, "user", u) for u in acl.users]
+            + [(tenant, doc_id, "group", g) for g in acl.groups],
+        )
+
+    def _visible(self, access: AccessFilter, doc_id: str) -> bool:
+        row = self._db.execute(
+            f"SELECT 1 FROM documents d WHERE d.doc_id = :doc_id AND {ACL_CONDITION}",
+            {"doc_id": doc_id, **access_params(access)},
+        ).fetchone()
+        return row is not None
+
+    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
+        with self._transaction(write=True) as db:
+            if not self._visible(access, doc_id):
+                return False
+            self._remove_chunks(access.tenant, doc_id)
+            db.execute(
+                "DELETE FROM doc_acl WHERE tenant = ? AND doc_id = ?", (access.tenant, doc_id)
+            )
+            db.execute(
+                "DELETE FROM documents WHERE tenant = ? AND doc_id = ?", (access.tenant, doc_id)
+            )
+            self._bump_version()
+        return True
+
+    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
+        with self._transaction(write=True):
+            if not self._visible(access, doc_id):
+                return False
+            self._replace_acl(access.tenant, doc_id, acl)
+            self._bump_version()
+        return True
+
+    # Reads
+
+    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
+        where = f"{ACL_CONDITION}" + (" AND d.doc_id = :doc_id" if doc_id else "")
+        rows = self._db.execute(
+            "SELECT d.doc_id, d.tenant, d.owner, d.source, d.title, d.content_hash, d.version,"
+            " d.ingested_at, d.text_length,"
+            " (SELECT COUNT(*) FROM chunks c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id"
+            "  AND c.version = d.version)"
+            f" FROM documents d WHERE {where} ORDER BY d.doc_id",
+            {"doc_id": doc_id, **access_params(access)},
+        ).fetchall()
+        documents = []
+        for row in rows:
+            acl_pairs = self._db.execute(
+                "SELECT kind, name FROM doc_acl WHERE tenant = ? AND doc_id = ?",
+                (row[1], row[0]),
+            ).fetchall()
+            documents.append(DocumentRecord.from_row(row, acl_pairs))
+        return documents
+
+    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
+        with self._transaction():
+            found = self._documents(access, doc_id)
+        return found[0] if found else None
+
+    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+        with self._transaction():
+            return self._documents(access, None)
+
+    def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
+        match = fts_query(query)
+        if match is None:
+            return []
+        with self._transaction():
+            rows = self._db.execute(
+                "SELECT c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text,"
+                " -bm25(chunks_fts) FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid"
+                f" {DOCUMENT_OF_CHUNK} WHERE chunks_fts MATCH :match"
+                f" AND {ACL_CONDITION} ORDER BY bm25(chunks_fts) LIMIT :k",
+                {"match": match, "k": k, **access_params(access)},
+            ).fetchall()
+        return [ScoredChunk(*row) for row in rows]
+
+    def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
+        with self._transaction():
+            self._refresh_matrix()
+            permitted = np.array(
+                [
+                    r[0]
+                    for r in self._db.execute(
+                        f"SELECT c.rowid FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}",
+                        access_params(access),
+                    )
+                ],
+                dtype=np.int64,
+            )
+            if not len(permitted):
+                return []
+            rows = np.searchsorted(self._rowids, permitted)
+            scores = self._matrix[rows] @ np.asarray(vector, dtype=np.float32)
+            top = np.argsort(-scores)[:k] if len(scores) <= k else np.argpartition(-scores, k)[:k]
+            chosen = {int(permitted[i]): float(scores[i]) for i in top}
+            found = self._db.execute(
+                "SELECT c.rowid, c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop,"
+                f" c.text FROM {CURRENT_CHUNKS} WHERE c.rowid IN"
+                f" (SELECT value FROM json_each(:rowids)) AND {ACL_CONDITION}",
+                {"rowids": json.dumps(list(chosen)), **access_params(access)},
+            ).fetchall()
+        results = [ScoredChunk(*row[1:], score=chosen[row[0]]) for row in found]
+        return sorted(results, key=lambda r: -r.score)
+
+    def _refresh_matrix(self) -> None:
+        version = self._meta("index_version")
+        if version == self._matrix_version:
+            return
+        rows = self._db.execute("SELECT rowid, embedding FROM chunks ORDER BY rowid").fetchall()
+        self._rowids = np.array([r[0] for r in rows], dtype=np.int64)
+        self._matrix = (
+            np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
+                len(rows), self.dimension
+            )
+            if rows
+            else np.empty((0, self.dimension), dtype=np.float32)
+        )
+        self._matrix_version = version

@@ -1,0 +1,79 @@
+"""What the routes share: the engine, keys, limits, metrics, caches and the RAG services."""
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragserve.engine.engine import LLMEngine
+from ragserve.rag.documents import AccessFilter
+from ragserve.rag.embeddings import Embedder
+from ragserve.rag.ingest import Ingestor
+from ragserve.rag.retrieval import Retriever
+from ragserve.rag.store import Store
+from ragserve.server.async_engine import AsyncEngine
+from ragserve.server.auth import KeyStore, Principal, Role
+from ragserve.server.limits import UserLimiter
+from ragserve.server.metrics import ServerMetrics
+from ragserve.server.response_cache import ResponseCache
+from ragserve.server.settings import ServerSettings
+
+
+class APIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+def weights_version(model_path: Path) -> str:
+    """Identifies the weights without reading them all: names, sizes and the first MiB."""
+    digest = hashlib.sha256()
+    for path in sorted(model_path.glob("*.safetensors")):
+        digest.update(f"{path.name}:{path.stat().st_size}".encode())
+        with path.open("rb") as f:
+            digest.update(f.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class ServerState:
+    settings: ServerSettings
+    engine: LLMEngine
+    async_engine: AsyncEngine
+    keys: KeyStore
+    limiter: UserLimiter
+    metrics: ServerMetrics
+    cache: ResponseCache | None
+    model_id: str
+    weights_version: str
+    template_version: str
+    embedder: Embedder
+    store: Store
+    ingestor: Ingestor
+    retriever: Retriever
+
+    @property
+    def index_version(self) -> Callable[[], str]:
+        """The store's version, so cached answers die with the documents they came from."""
+        return self.store.index_version
+
+
+def access_for(principal: Principal) -> AccessFilter:
+    """The only way the server builds a store filter: from the authenticated principal."""
+    return AccessFilter(
+        tenant=principal.tenant,
+        user=principal.user,
+        groups=tuple(sorted(principal.groups)),
+        everything=principal.role is Role.ADMIN,
+    )

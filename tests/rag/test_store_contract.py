@@ -1,0 +1,144 @@
+"""One contract, both backends (SQLite and a real PostgreSQL + pgvector)."""
+
+import numpy as np
+import pytest
+
+from ragserve.rag.documents import AccessFilter, Acl
+from tests.rag.conftest import DIMENSION, make_document, unit
+
+OWNER = AccessFilter("acme", "owner")
+ENG = AccessFilter("acme", "erin", ("eng",))
+STRANGER = AccessFilter("acme", "sam", ("sales",))
+OTHER_TENANT_OWNER = AccessFilter("globex", "owner", ("eng",))
+ADMIN = AccessFilter("acme", "root", everything=True)
+
+
+def axis(i: int) -> np.ndarray:
+    v = np.zeros(DIMENSION)
+    v[i % DIMENSION] = 1.0
+    v[(i + 1) % DIMENSION] = 0.1
+    return v
+
+
+def seed(store):
+    store.write_document(
+        *make_document(
+            "public",
+            ["apples grow on trees in the orchard", "bananas are yellow"],
+            [axis(0), axis(1)],
+            acl=Acl.of(groups=["eng", "sales"]),
+        )
+    )
+    store.write_document(
+        *make_document(
+            "secret",
+            ["the launch code is hidden in the orchard vault"],
+            [axis(0)],
+            acl=Acl.of(groups=["eng"]),
+        )
+    )
+    store.write_document(*make_document("private", ["owner notes about the orchard"], [axis(0)]))
+
+
+def test_acl_semantics_fail_closed(store_factory):
+    store = store_factory()
+    seed(store)
+    ids = lambda access: {d.doc_id for d in store.list_documents(access)}  # noqa: E731
+    assert ids(OWNER) == {"public", "secret", "private"}
+    assert ids(ENG) == {"public", "secret"}
+    assert ids(STRANGER) == {"public"}
+    assert ids(OTHER_TENANT_OWNER) == set()
+    assert ids(ADMIN) == {"public", "secret", "private"}
+    assert store.get_document(STRANGER, "secret") is None
+    document = store.get_document(ENG, "secret")
+    assert document.acl.groups == ("eng",) and document.num_chunks == 1 and document.version == 1
+
+
+def test_searches_apply_the_acl_inside_the_query(store_factory):
+    store = store_factory()
+    seed(store)
+    for access, expected in [(STRANGER, {"public"}), (ENG, {"public", "secret"})]:
+        keyword = store.keyword_search(access, "orchard", 10)
+        assert {c.doc_id for c in keyword} == expected & {"public", "secret"}
+        dense = store.vector_search(access, unit(axis(0)), 10)
+        assert {c.doc_id for c in dense} == expected
+    hit = store.keyword_search(STRANGER, "apples orchard", 1)[0]
+    assert hit.text == "apples grow on trees in the orchard"
+    assert (hit.start, hit.end, hit.title) == (0, len(hit.text), "Title of public")
+    assert store.keyword_search(STRANGER, "'; DROP TABLE chunks; --", 5) == []
+
+
+def test_dense_search_ranks_by_cosine(store_factory):
+    store = store_factory()
+    seed(store)
+    results = store.vector_search(OWNER, unit(axis(1)), 2)
+    assert results[0].text == "bananas are yellow"
+    assert results[0].score > results[1].score
+    assert results[0].score == pytest.approx(1.0, abs=1e-3)
+
+
+def test_selective_filter_still_returns_k(store_factory):
+    store = store_factory()
+    rng = np.random.default_rng(0)
+    for i in range(60):
+        acl = Acl.of(groups=["rare"]) if i % 10 == 0 else Acl.of(groups=["common"])
+        store.write_document(
+            *make_document(
+                f"d{i}",
+                [f"document {i} part {j}" for j in range(3)],
+                [rng.normal(size=DIMENSION) for _ in range(3)],
+                acl=acl,
+            )
+        )
+    rare = AccessFilter("acme", "reader", ("rare",))
+    results = store.vector_search(rare, unit(rng.normal(size=DIMENSION)), 10)
+    assert len(results) == 10
+    assert {r.doc_id for r in results} <= {f"d{i}" for i in range(0, 60, 10)}
+
+
+def test_delete_and_acl_change_apply_to_the_next_query(store_factory):
+    store = store_factory()
+    seed(store)
+    versions = [store.index_version()]
+    assert store.set_acl(OWNER, "secret", Acl.of(groups=["sales"]))
+    versions.append(store.index_version())
+    assert not store.keyword_search(ENG, "launch code", 5)
+    assert store.keyword_search(STRANGER, "launch code", 5)[0].doc_id == "secret"
+    assert not store.delete_document(ENG, "secret"), "invisible documents cannot be deleted"
+    assert store.delete_document(STRANGER, "secret")
+    versions.append(store.index_version())
+    assert not store.keyword_search(OWNER, "launch code", 5)
+    assert all(c.doc_id != "secret" for c in store.vector_search(STRANGER, unit(axis(0)), 5))
+    assert store.get_document(OWNER, "secret") is None
+    assert len(set(versions)) == 3
+
+
+def test_new_version_replaces_the_old(store_factory):
+    store = store_factory()
+    store.write_document(*make_document("doc", ["first text", "shared text"], [axis(0), axis(1)]))
+    store.write_document(*make_document("doc", ["second text", "shared text"], [axis(2), axis(1)]))
+    document = store.get_document(OWNER, "doc")
+    assert document.version == 2 and document.num_chunks == 2
+    assert not store.keyword_search(OWNER, "first", 5)
+    assert store.keyword_search(OWNER, "second", 5)
+    embeddings = store.chunk_embeddings("acme", "doc")
+    assert len(embeddings) == 2
+    assert store.current_version("acme", "doc") == 2
+
+
+def test_crash_between_write_and_delete_keeps_the_old_version(store_factory, monkeypatch):
+    store = store_factory()
+    store.write_document(*make_document("doc", ["old body"], [axis(0)]))
+    before = store.index_version()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("power cut")
+
+    monkeypatch.setattr(store, "_remove_chunks", crash)
+    with pytest.raises(RuntimeError):
+        store.write_document(*make_document("doc", ["new body"], [axis(1)]))
+    monkeypatch.undo()
+    assert store.index_version() == before
+    assert store.get_document(OWNER, "doc").version == 1
+    assert [c.text for c in store.keyword_search(OWNER, "body", 5)] == ["old body"]
+    assert [c.text for c in store.vector_search(OWNER, unit(axis(1)), 5)] == ["old body"]
