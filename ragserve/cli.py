@@ -228,7 +228,7 @@ def ingest(
         console.print("[red]error:[/red] give files or folders, or --wiki")
         raise typer.Exit(2)
     settings = _rag_settings(data_dir, config, store)
-    embedder = Embedder()
+    embedder = Embedder(settings.embedding_model)
     index = open_store(settings.store_url, embedder.dimension)
     ingestor = Ingestor(index, embedder, settings.chunk_size, settings.chunk_overlap)
     items = list(read_sources(paths or []))
@@ -263,7 +263,7 @@ def _operator_store(data_dir: Path | None, config: Path | None, store: str | Non
     from ragserve.rag.store import open_store
 
     settings = _rag_settings(data_dir, config, store)
-    return open_store(settings.store_url, Embedder().dimension)
+    return open_store(settings.store_url, Embedder(settings.embedding_model).dimension)
 
 
 def _print_documents(documents: list, as_json: bool) -> None:

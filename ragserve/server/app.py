@@ -25,7 +25,7 @@ from ragserve.engine.engine import LLMEngine
 from ragserve.engine.errors import EngineError, EngineOverloadedError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
-from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, Embedder
+from ragserve.rag.embeddings import Embedder
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.store import open_store
@@ -60,7 +60,7 @@ def build_app(
     embedder: Embedder | None = None,
 ) -> FastAPI:
     engine = engine or LLMEngine(settings.engine_config())
-    embedder = embedder or Embedder(DEFAULT_EMBEDDING_MODEL)
+    embedder = embedder or Embedder(settings.embedding_model)
     store = open_store(settings.store_url, embedder.dimension)
     template = engine.tokenizer.chat_template or ""
     state = ServerState(
@@ -158,7 +158,7 @@ def build_app(
                     "max_model_len": engine.max_model_len,
                 },
                 {
-                    "id": DEFAULT_EMBEDDING_MODEL,
+                    "id": settings.embedding_model_id,
                     "object": "model",
                     "created": created,
                     "owned_by": "ragserve",
@@ -199,10 +199,11 @@ def build_app(
     async def embeddings(
         body: EmbeddingRequest, who: Principal = Depends(principal)
     ) -> dict[str, Any]:
-        if body.model != DEFAULT_EMBEDDING_MODEL:
+        if body.model != settings.embedding_model_id:
             raise APIError(
                 404,
-                f"model {body.model!r} is not served; embeddings use {DEFAULT_EMBEDDING_MODEL!r}",
+                f"model {body.model!r} is not served; embeddings use "
+                f"{settings.embedding_model_id!r}",
                 "invalid_request_error",
                 "model_not_found",
             )

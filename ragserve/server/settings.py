@@ -13,6 +13,7 @@ from pydantic_settings import (
 )
 
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
+from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL
 
 
 class ServerSettings(BaseSettings):
@@ -38,6 +39,8 @@ class ServerSettings(BaseSettings):
     # Documents and retrieval. store: a path or sqlite:///path, or postgresql://...;
     # default data_dir/index.sqlite.
     store: str | None = None
+    # A name the package registry knows (all-minilm-l6-v2) or a sentence-transformers folder.
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
     chunk_size: int = Field(128, ge=8)
     chunk_overlap: int = Field(16, ge=0)
     retrieval_top_k: int = Field(5, ge=1, le=100)
@@ -71,6 +74,10 @@ class ServerSettings(BaseSettings):
             )
 
         return FromFile(**{k: v for k, v in overrides.items() if v is not None})
+
+    @property
+    def embedding_model_id(self) -> str:
+        return Path(self.embedding_model).name
 
     @property
     def store_url(self) -> str:

