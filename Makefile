@@ -13,10 +13,10 @@ $(VENV)/.installed: pyproject.toml requirements-assets.txt
 	$(PIP) --no-deps -r requirements-assets.txt
 	touch $@
 
-# Serves the API on http://127.0.0.1:8000 with the default model; prints a fresh demo key.
+# Indexes 1,000 Wikipedia articles and two board-only memos (once), prints a staff key and a
+# board key, and serves the API on http://127.0.0.1:8000 with the default model.
 demo: install
-	@$(VENV)/bin/ragserve keys create --user demo --group demo --data-dir data
-	$(VENV)/bin/ragserve serve --data-dir data
+	$(VENV)/bin/ragserve demo --data-dir data
 
 test: install
 	$(VENV)/bin/ruff check ragserve tests

@@ -2,12 +2,14 @@
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from ragserve.bench.cli import bench_app
@@ -15,6 +17,8 @@ from ragserve.engine.config import DEFAULT_MODEL
 from ragserve.server.auth import KeyStore, Role
 
 if TYPE_CHECKING:
+    from ragserve.engine.sampling_params import SamplingParams
+    from ragserve.rag.answer import AnswerResult
     from ragserve.rag.store import Store
     from ragserve.server.settings import ServerSettings
 
@@ -216,8 +220,6 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Parse, chunk, embed and index documents with an ACL (users and groups)."""
-    from rich.progress import Progress
-
     from ragserve.rag.corpus import load_wiki, wiki_sources
     from ragserve.rag.documents import Acl
     from ragserve.rag.embeddings import Embedder
@@ -370,3 +372,146 @@ def docs_acl(
         console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
         raise typer.Exit(1)
     _print_documents([index.get_document(access, doc_id)], as_json)
+
+
+@app.command()
+def ask(
+    question: str,
+    key: Annotated[str | None, typer.Option(help="Answer as this API key's principal.")] = None,
+    user: Annotated[str | None, typer.Option(help="Or answer as this user.")] = None,
+    group: Annotated[list[str] | None, typer.Option(help="The user's groups; repeatable.")] = None,
+    tenant: TenantOption = "default",
+    top_k: int | None = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Answer a question from the documents the principal may read (local, no server)."""
+    import asyncio
+
+    from ragserve.engine.engine import LLMEngine
+    from ragserve.rag.embeddings import Embedder
+    from ragserve.server.answers import answer_json
+    from ragserve.server.async_engine import AsyncEngine
+    from ragserve.server.auth import Principal
+    from ragserve.server.settings import ServerSettings
+    from ragserve.server.state import RagServices, access_for
+
+    settings = ServerSettings.load(config, data_dir=data_dir)
+    if key is not None:
+        principal = KeyStore(settings.data_dir / "keys.sqlite").authenticate(key)
+        if principal is None:
+            console.print("[red]error:[/red] invalid or revoked API key")
+            raise typer.Exit(2)
+    elif user is not None:
+        principal = Principal(user, frozenset(group or []), tenant, Role.READER, key_id=0)
+    else:
+        console.print("[red]error:[/red] give --key KEY or --user USER")
+        raise typer.Exit(2)
+    engine = LLMEngine(settings.engine_config())
+    rag = RagServices.build(settings, engine, Embedder(settings.embedding_model))
+    runner = AsyncEngine(engine)
+    runner.start()
+
+    async def generate(
+        token_ids: list[int], params: "SamplingParams"
+    ) -> AsyncIterator[tuple[str, list[int], bool]]:
+        stream = runner.add_request(token_ids, params, "ask", principal.user, principal.tenant)
+        try:
+            async for output in stream:
+                completion = output.outputs[0]
+                yield completion.text, completion.token_ids, output.finished
+        finally:
+            stream.close()
+
+    async def answer() -> "AnswerResult | None":
+        result = None
+        async for event in rag.answers.answer(access_for(principal), question, generate, top_k):
+            result = event.result or result
+        return result
+
+    try:
+        result = asyncio.run(answer())
+    finally:
+        runner.shutdown()
+        rag.store.close()
+    if as_json:
+        print(json.dumps(answer_json(result)))
+        return
+    console.print(result.answer)
+    for citation in result.citations:
+        console.print(f"[{citation.n}] {citation.title} ({citation.doc_id}): “{citation.quote}”")
+
+
+DEMO_RESTRICTED = {
+    "board-memo-acquisition": (
+        "Board memo: acquisition of Globex",
+        "The board approved the acquisition of Globex Corporation for 120 million euros. "
+        "The deal is code-named Bluebird and closes on 30 September.",
+    ),
+    "board-memo-layoffs": (
+        "Board memo: site consolidation",
+        "The Springfield plant will close in March; its 140 staff move to the Shelbyville site.",
+    ),
+}
+
+
+@app.command()
+def demo(
+    wiki_limit: Annotated[int, typer.Option(help="Wikipedia articles to index.")] = 1000,
+    host: str | None = None,
+    port: int | None = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Index part of the bundled Wikipedia corpus and two board-only memos, print two keys
+    (a staff reader and a board member), and serve the API."""
+    import uvicorn
+
+    from ragserve.engine.engine import LLMEngine
+    from ragserve.rag.corpus import load_wiki, wiki_sources
+    from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.rag.embeddings import Embedder
+    from ragserve.rag.ingest import SourceDocument
+    from ragserve.rag.parsers import parse_text
+    from ragserve.server.app import build_app
+    from ragserve.server.settings import ServerSettings
+    from ragserve.server.state import RagServices
+
+    settings = ServerSettings.load(config, data_dir=data_dir, host=host, port=port)
+    engine = LLMEngine(settings.engine_config())
+    embedder = Embedder(settings.embedding_model)
+    rag = RagServices.build(settings, engine, embedder)
+    if not rag.store.list_documents(AccessFilter("default", "admin", everything=True)):
+        items = list(wiki_sources(load_wiki(limit=wiki_limit)))
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("indexing Wikipedia", total=len(items))
+            rag.ingestor.ingest_many(
+                items,
+                "default",
+                "admin",
+                Acl.of(groups=["staff"]),
+                progress=lambda _: progress.advance(task),
+            )
+        for doc_id, (title, text) in DEMO_RESTRICTED.items():
+            parsed = parse_text(text, title)
+            parsed.title = title
+            rag.ingestor.ingest(
+                SourceDocument(f"memo:{doc_id}", parsed=parsed, doc_id=doc_id),
+                "default",
+                "admin",
+                Acl.of(groups=["board"]),
+            )
+    rag.store.close()
+    keys = KeyStore(settings.data_dir / "keys.sqlite")
+    reader, _ = keys.create("alice", ["staff"])
+    board, _ = keys.create("bob", ["staff", "board"])
+    url = f"http://{settings.host}:{settings.port}"
+    console.print(f"staff reader key (alice): {reader}\nboard member key (bob):   {board}")
+    console.print(
+        f"try:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer {reader}' "
+        "-H 'Content-Type: application/json' -d '{\"question\": \"When was the Eiffel Tower "
+        'built?"}\'\n  and ask both keys: "How much does the Globex acquisition cost?"'
+    )
+    app_ = build_app(settings, engine, embedder)
+    uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")

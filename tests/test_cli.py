@@ -43,3 +43,18 @@ def test_ingest_and_docs_commands(tmp_path):
     deleted = run_cli("docs", "delete", doc_id, "--tenant", "acme", *data, "--json")
     assert json.loads(deleted.stdout) == {"id": doc_id, "deleted": True}
     assert run_cli("docs", "show", doc_id, "--tenant", "acme", *data).returncode == 1
+
+
+def test_ask_answers_only_from_permitted_documents(tmp_path):
+    data = ["--data-dir", str(tmp_path / "data")]
+    memo = tmp_path / "memo.txt"
+    memo.write_text("The Bluebird deal closes on 30 September for 120 million euros.")
+    assert run_cli("ingest", str(memo), "--group", "board", *data).returncode == 0
+    outsider = run_cli(
+        "ask", "When does the Bluebird deal close?", "--user", "sam", *data, "--json"
+    )
+    assert outsider.returncode == 0, outsider.stderr
+    record = json.loads(outsider.stdout)
+    assert record["refused"] and record["citations"] == []
+    assert "September" not in outsider.stdout
+    assert run_cli("ask", "anything", *data).returncode == 2

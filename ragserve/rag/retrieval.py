@@ -21,6 +21,14 @@ class RetrievalSettings:
     rrf_k: int = RRF_K
 
 
+@dataclass
+class Retrieval:
+    chunks: list[ScoredChunk]
+    # Cosine similarity of the closest permitted chunk: RRF scores only rank, this measures how
+    # close the evidence is, and is what the refusal threshold is calibrated on.
+    best_similarity: float
+
+
 def reciprocal_rank_fusion(
     rankings: list[list[ScoredChunk]], rrf_k: int = RRF_K
 ) -> list[ScoredChunk]:
@@ -48,10 +56,12 @@ class Retriever:
         vector = self.embedder.embed([query])[0]
         return self.store.vector_search(access, vector, k)
 
-    def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
+    def retrieve(self, access: AccessFilter, query: str, k: int | None = None) -> Retrieval:
         k = k or self.settings.top_k
         n = max(self.settings.candidates, k)
-        fused = reciprocal_rank_fusion(
-            [self.keyword(access, query, n), self.dense(access, query, n)], self.settings.rrf_k
-        )
-        return fused[:k]
+        dense = self.dense(access, query, n)
+        fused = reciprocal_rank_fusion([self.keyword(access, query, n), dense], self.settings.rrf_k)
+        return Retrieval(fused[:k], dense[0].score if dense else 0.0)
+
+    def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
+        return self.retrieve(access, query, k).chunks

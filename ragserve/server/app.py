@@ -26,9 +26,7 @@ from ragserve.engine.errors import EngineError, EngineOverloadedError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.ingest import Ingestor
-from ragserve.rag.retrieval import RetrievalSettings, Retriever
-from ragserve.rag.store import open_store
+from ragserve.server.answers import answer_routes, rag_chat_completion
 from ragserve.server.async_engine import AsyncEngine, EngineDeadError, RequestStream
 from ragserve.server.auth import KeyStore, Principal
 from ragserve.server.documents import document_routes
@@ -47,7 +45,7 @@ from ragserve.server.protocol import (
 )
 from ragserve.server.response_cache import ResponseCache, cache_key
 from ragserve.server.settings import ServerSettings
-from ragserve.server.state import APIError, ServerState, weights_version
+from ragserve.server.state import APIError, RagServices, ServerState, weights_version
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +59,7 @@ def build_app(
 ) -> FastAPI:
     engine = engine or LLMEngine(settings.engine_config())
     embedder = embedder or Embedder(settings.embedding_model)
-    store = open_store(settings.store_url, embedder.dimension)
+    rag = RagServices.build(settings, engine, embedder)
     template = engine.tokenizer.chat_template or ""
     state = ServerState(
         settings=settings,
@@ -78,14 +76,7 @@ def build_app(
         model_id=Path(settings.model).name,
         weights_version=weights_version(engine.model_path),
         template_version=hashlib.sha256(template.encode()).hexdigest()[:16],
-        embedder=embedder,
-        store=store,
-        ingestor=Ingestor(store, embedder, settings.chunk_size, settings.chunk_overlap),
-        retriever=Retriever(
-            store,
-            embedder,
-            RetrievalSettings(settings.retrieval_top_k, settings.retrieval_candidates),
-        ),
+        rag=rag,
     )
 
     @contextlib.asynccontextmanager
@@ -93,7 +84,7 @@ def build_app(
         state.async_engine.start()
         yield
         state.async_engine.shutdown()
-        store.close()
+        rag.store.close()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
@@ -158,6 +149,13 @@ def build_app(
                     "max_model_len": engine.max_model_len,
                 },
                 {
+                    "id": state.rag_model_id,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "ragserve",
+                    "max_model_len": engine.max_model_len,
+                },
+                {
                     "id": settings.embedding_model_id,
                     "object": "model",
                     "created": created,
@@ -170,6 +168,16 @@ def build_app(
     async def chat_completions(
         body: ChatCompletionRequest, request: Request, who: Principal = Depends(principal)
     ) -> Response:
+        if body.model == state.rag_model_id:
+            questions = [m.text() for m in body.messages if m.role == "user"]
+            if not questions or not questions[-1].strip():
+                raise APIError(
+                    400,
+                    "a RAG chat needs a user message",
+                    "invalid_request_error",
+                    "invalid_messages",
+                )
+            return await rag_chat_completion(state, who, questions[-1], body.stream)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
             prompt = engine.tokenizer.apply_chat_template(
@@ -228,6 +236,7 @@ def build_app(
         }
 
     app.include_router(document_routes(state, principal))
+    app.include_router(answer_routes(state, principal))
     return app
 
 

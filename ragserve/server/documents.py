@@ -142,8 +142,10 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
             item, acl = await source_from_json(request)
         access = access_for(who)
         if item.doc_id is not None:
-            exists = await run_in_threadpool(state.store.current_version, who.tenant, item.doc_id)
-            visible = await run_in_threadpool(state.store.get_document, access, item.doc_id)
+            exists = await run_in_threadpool(
+                state.rag.store.current_version, who.tenant, item.doc_id
+            )
+            visible = await run_in_threadpool(state.rag.store.get_document, access, item.doc_id)
             if exists and visible is None:
                 # Same answer as for any id in use: nothing about the hidden document leaks.
                 raise APIError(
@@ -152,10 +154,10 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
                     "invalid_request_error",
                     "conflict",
                 )
-        result = await run_in_threadpool(state.ingestor.ingest, item, who.tenant, who.user, acl)
+        result = await run_in_threadpool(state.rag.ingestor.ingest, item, who.tenant, who.user, acl)
         if not result.ok:
             raise _bad_request(result.error or "cannot ingest", "unparseable_document")
-        document = await run_in_threadpool(state.store.get_document, access, result.doc_id)
+        document = await run_in_threadpool(state.rag.store.get_document, access, result.doc_id)
         assert document is not None
         return document_json(document) | {
             "embedded_chunks": result.embedded,
@@ -164,11 +166,11 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
 
     @router.get("/v1/documents")
     async def list_documents(who: Principal = Depends(principal)) -> dict:
-        documents = await run_in_threadpool(state.store.list_documents, access_for(who))
+        documents = await run_in_threadpool(state.rag.store.list_documents, access_for(who))
         return {"object": "list", "data": [document_json(d) for d in documents]}
 
     async def visible_document(who: Principal, doc_id: str) -> DocumentRecord:
-        document = await run_in_threadpool(state.store.get_document, access_for(who), doc_id)
+        document = await run_in_threadpool(state.rag.store.get_document, access_for(who), doc_id)
         if document is None:
             raise _not_found(doc_id)
         return document
@@ -182,7 +184,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         await visible_document(who, doc_id)
         if not who.can_write():
             raise _forbidden()
-        if not await run_in_threadpool(state.store.delete_document, access_for(who), doc_id):
+        if not await run_in_threadpool(state.rag.store.delete_document, access_for(who), doc_id):
             raise _not_found(doc_id)
         return {"id": doc_id, "object": "document", "deleted": True}
 
@@ -192,9 +194,9 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         if not who.can_write():
             raise _forbidden()
         access = access_for(who)
-        if not await run_in_threadpool(state.store.set_acl, access, doc_id, body.to_acl()):
+        if not await run_in_threadpool(state.rag.store.set_acl, access, doc_id, body.to_acl()):
             raise _not_found(doc_id)
-        document = await run_in_threadpool(state.store.get_document, access, doc_id)
+        document = await run_in_threadpool(state.rag.store.get_document, access, doc_id)
         if document is None:  # the writer removed itself from the ACL
             return {"id": doc_id, "object": "document", "acl": body.model_dump()}
         return document_json(document)
@@ -202,7 +204,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
     @router.post("/v1/search")
     async def search(body: SearchRequest, who: Principal = Depends(principal)) -> dict:
         chunks = await run_in_threadpool(
-            state.retriever.hybrid, access_for(who), body.query, body.top_k
+            state.rag.retriever.hybrid, access_for(who), body.query, body.top_k
         )
         return {"object": "list", "data": [chunk_json(c) for c in chunks]}
 

@@ -6,11 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragserve.engine.engine import LLMEngine
+from ragserve.rag.answer import AnswerService, AnswerSettings
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.ingest import Ingestor
-from ragserve.rag.retrieval import Retriever
-from ragserve.rag.store import Store
+from ragserve.rag.prompt import PromptBuilder
+from ragserve.rag.rerank import CrossEncoderReranker
+from ragserve.rag.retrieval import RetrievalSettings, Retriever
+from ragserve.rag.store import Store, open_store
 from ragserve.server.async_engine import AsyncEngine
 from ragserve.server.auth import KeyStore, Principal, Role
 from ragserve.server.limits import UserLimiter
@@ -58,15 +61,60 @@ class ServerState:
     model_id: str
     weights_version: str
     template_version: str
-    embedder: Embedder
-    store: Store
-    ingestor: Ingestor
-    retriever: Retriever
+    rag: "RagServices"
+
+    @property
+    def rag_model_id(self) -> str:
+        """Chat completions to this model answer from the caller's documents."""
+        return self.model_id + "+rag"
 
     @property
     def index_version(self) -> Callable[[], str]:
         """The store's version, so cached answers die with the documents they came from."""
-        return self.store.index_version
+        return self.rag.store.index_version
+
+
+@dataclass
+class RagServices:
+    """The RAG path's parts, built from settings for the server and the local CLI alike."""
+
+    embedder: Embedder
+    store: Store
+    ingestor: Ingestor
+    retriever: Retriever
+    answers: AnswerService
+
+    @classmethod
+    def build(
+        cls, settings: ServerSettings, engine: LLMEngine, embedder: Embedder
+    ) -> "RagServices":
+        store = open_store(settings.store_url, embedder.dimension)
+        retriever = Retriever(
+            store,
+            embedder,
+            RetrievalSettings(settings.retrieval_top_k, settings.retrieval_candidates),
+        )
+        builder = PromptBuilder(
+            engine.tokenizer,
+            engine.max_model_len,
+            settings.answer_max_tokens,
+            settings.evidence_budget_tokens,
+            settings.datamark,
+        )
+        answers = AnswerService(
+            retriever,
+            builder,
+            AnswerSettings(
+                top_k=settings.retrieval_top_k,
+                refusal_threshold=settings.refusal_threshold,
+                support_threshold=settings.support_threshold,
+                max_tokens=settings.answer_max_tokens,
+                evidence_budget=settings.evidence_budget_tokens,
+            ),
+            CrossEncoderReranker(settings.reranker_model) if settings.reranker_model else None,
+        )
+        ingestor = Ingestor(store, embedder, settings.chunk_size, settings.chunk_overlap)
+        return cls(embedder, store, ingestor, retriever, answers)
 
 
 def access_for(principal: Principal) -> AccessFilter:

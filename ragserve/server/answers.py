@@ -1,0 +1,231 @@
+"""Cited answers over HTTP: POST /v1/answers, and chat completions to the "<model>+rag" model.
+
+The access filter comes from the authenticated key, never from the request body.
+"""
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.engine.sampling_params import SamplingParams
+from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
+from ragserve.rag.prompt import TEMPLATE_VERSION
+from ragserve.server.async_engine import EngineDeadError
+from ragserve.server.auth import Principal
+from ragserve.server.limits import LimitExceeded
+from ragserve.server.protocol import new_id, now
+from ragserve.server.response_cache import cache_key
+from ragserve.server.state import APIError, ServerState, access_for
+
+
+class AnswerRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=4000)
+    top_k: int | None = Field(None, ge=1, le=20)
+    stream: bool = False
+
+
+def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
+    """Generation on the served model for this principal (its tenant salts the prefix cache)."""
+
+    async def generate(
+        token_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[tuple[str, list[int], bool]]:
+        try:
+            stream = state.async_engine.add_request(
+                token_ids, params, request_id, who.user, who.tenant
+            )
+        except EngineOverloadedError as error:
+            state.metrics.requests_rejected.labels(reason="queue_full").inc()
+            raise APIError(
+                503, str(error), "server_error", "overloaded", error.retry_after_s
+            ) from error
+        except (EngineError, EngineDeadError) as error:
+            raise APIError(503, str(error), "server_error", "engine_unavailable") from error
+        output = None
+        try:
+            async for output in stream:
+                completion = output.outputs[0]
+                yield completion.text, completion.token_ids, output.finished
+        finally:
+            stream.close()
+            if output is not None and output.finished:
+                state.metrics.observe_finished(output, stream.token_times)
+
+    return generate
+
+
+def answer_json(result: AnswerResult) -> dict[str, Any]:
+    return {
+        "answer": result.answer,
+        "refused": result.refused,
+        "citations": [asdict(c) for c in result.citations],
+        "usage": result.usage,
+        "timings": result.timings,
+    }
+
+
+async def answer_events(
+    state: ServerState, who: Principal, question: str, top_k: int | None, kind: str
+) -> AsyncIterator[AnswerEvent]:
+    """Run the answer path under the caller's limits, with the response cache in front."""
+    key = None
+    if state.cache is not None:
+        key = cache_key(
+            {
+                "permissions": who.permission_key,
+                "model": [state.model_id, state.weights_version],
+                "template": TEMPLATE_VERSION,
+                "index": state.index_version(),
+                "kind": "answer",
+                "request": {"question": question, "top_k": top_k},
+            }
+        )
+        state.metrics.response_cache_queries.inc()
+        cached: AnswerResult | None = state.cache.get(key)
+        if cached is not None:
+            state.metrics.response_cache_hits.inc()
+            yield AnswerEvent(cached.answer, cached)
+            return
+    try:
+        state.limiter.acquire(who.user, len(question) // 4)
+    except LimitExceeded as error:
+        state.metrics.requests_rejected.labels(reason="per_user_limit").inc()
+        raise APIError(
+            429, error.message, "rate_limit_error", "per_user_limit", error.retry_after_s
+        ) from error
+    completion_tokens = 0
+    try:
+        generate = engine_generate(state, who, new_id(kind))
+        async for event in state.rag.answers.answer(access_for(who), question, generate, top_k):
+            if event.result is not None:
+                completion_tokens = event.result.usage.get("completion_tokens", 0)
+                if key is not None and state.cache is not None:
+                    state.cache.put(key, event.result)
+            yield event
+    finally:
+        state.limiter.release(who.user, completion_tokens)
+
+
+async def _first_event(events: AsyncIterator[AnswerEvent]) -> AnswerEvent:
+    """Start the answer before the response goes out, so refusals by limit get their status."""
+    return await anext(events)
+
+
+def answer_routes(state: ServerState, principal: Any) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/answers")
+    async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:
+        events = answer_events(state, who, body.question, body.top_k, "ans")
+        first = await _first_event(events)
+        if not body.stream:
+            result = first.result
+            async for event in events:
+                result = event.result or result
+            assert result is not None
+            return JSONResponse(answer_json(result))
+
+        async def sse() -> AsyncIterator[str]:
+            try:
+                for event in _chain(first, events):
+                    async for item in event:
+                        if item.result is not None:
+                            payload = {"type": "answer", **answer_json(item.result)}
+                        else:
+                            payload = {"type": "token", "text": item.text}
+                        yield f"data: {json.dumps(payload)}\n\n"
+                yield "data: [DONE]\n\n"
+            except APIError as error:
+                yield f"data: {json.dumps({'type': 'error', 'message': error.message})}\n\n"
+            finally:
+                await events.aclose()
+
+        return StreamingResponse(sse(), media_type="text/event-stream")
+
+    return router
+
+
+def _chain(
+    first: AnswerEvent, rest: AsyncIterator[AnswerEvent]
+) -> list[AsyncIterator[AnswerEvent]]:
+    async def one() -> AsyncIterator[AnswerEvent]:
+        yield first
+
+    return [one(), rest]
+
+
+async def rag_chat_completion(
+    state: ServerState, who: Principal, question: str, stream: bool
+) -> Response:
+    """A chat completion whose content is a cited answer; citations ride in an extra field."""
+    events = answer_events(state, who, question, None, "chatcmpl")
+    first = await _first_event(events)
+    request_id = new_id("chatcmpl")
+    model = state.rag_model_id
+
+    def chunk(delta: dict[str, Any], finish: str | None, extra: dict | None = None) -> str:
+        payload = {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": now(),
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(payload | (extra or {}))}\n\n"
+
+    if not stream:
+        result = first.result
+        async for event in events:
+            result = event.result or result
+        assert result is not None
+        return JSONResponse(
+            {
+                "id": request_id,
+                "object": "chat.completion",
+                "created": now(),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                        "message": {"role": "assistant", "content": result.answer},
+                    }
+                ],
+                "usage": result.usage
+                or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                "citations": [asdict(c) for c in result.citations],
+                "refused": result.refused,
+            }
+        )
+
+    async def sse() -> AsyncIterator[str]:
+        try:
+            yield chunk({"role": "assistant", "content": ""}, None)
+            for source in _chain(first, events):
+                async for event in source:
+                    if event.result is None:
+                        continue
+                    # The checked answer, not the raw tokens: unsupported markers are gone.
+                    yield chunk({"content": event.result.answer}, None)
+                    yield chunk(
+                        {},
+                        "stop",
+                        {
+                            "citations": [asdict(c) for c in event.result.citations],
+                            "refused": event.result.refused,
+                        },
+                    )
+            yield "data: [DONE]\n\n"
+        finally:
+            await events.aclose()
+
+    return StreamingResponse(sse(), media_type="text/event-stream")
