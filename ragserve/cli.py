@@ -508,10 +508,12 @@ def demo(
     board, _ = keys.create("bob", ["staff", "board"])
     url = f"http://{settings.host}:{settings.port}"
     console.print(f"staff reader key (alice): {reader}\nboard member key (bob):   {board}")
+    question = '{"question": "How much does the Globex acquisition cost?", "top_k": 3}'
     console.print(
-        f"try:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer {reader}' "
-        "-H 'Content-Type: application/json' -d '{\"question\": \"When was the Eiffel Tower "
-        'built?"}\'\n  and ask both keys: "How much does the Globex acquisition cost?"'
+        f"try both keys:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer KEY' "
+        f"-H 'Content-Type: application/json' -d '{question}'\n"
+        "alice is refused (the memo is board-only); bob gets a cited answer when the small "
+        "default model manages one."
     )
     app_ = build_app(settings, engine, embedder)
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")
