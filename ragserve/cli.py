@@ -1,5 +1,6 @@
 """The `ragserve` command line."""
 
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from ragserve.engine.config import DEFAULT_MODEL
 from ragserve.server.auth import KeyStore, Role
 
 if TYPE_CHECKING:
+    from ragserve.engine.outputs import CompletionOutput
     from ragserve.engine.sampling_params import SamplingParams
     from ragserve.rag.answer import AnswerResult
     from ragserve.rag.store import Store
@@ -413,14 +415,16 @@ def ask(
     runner = AsyncEngine(engine)
     runner.start()
 
+    requests = itertools.count()
+
     async def generate(
         token_ids: list[int], params: "SamplingParams"
-    ) -> AsyncIterator[tuple[str, list[int], bool]]:
-        stream = runner.add_request(token_ids, params, "ask", principal.user, principal.tenant)
+    ) -> AsyncIterator["CompletionOutput"]:
+        request_id = f"ask-{next(requests)}"
+        stream = runner.add_request(token_ids, params, request_id, principal.user, principal.tenant)
         try:
             async for output in stream:
-                completion = output.outputs[0]
-                yield completion.text, completion.token_ids, output.finished
+                yield output.outputs[0]
         finally:
             stream.close()
 

@@ -295,6 +295,7 @@ class LLMEngine:
                     token_ids=list(seq.output_token_ids),
                     finish_reason=seq.finish_reason,
                     stop_reason=stop_reason,
+                    logprobs=list(seq.logprobs) if seq.params.logprobs else None,
                 )
             ],
             finished=finished,

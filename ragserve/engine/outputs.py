@@ -11,6 +11,7 @@ class CompletionOutput:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     cumulative_logprob: float | None = None
+    logprobs: list[dict[int, float]] | None = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None

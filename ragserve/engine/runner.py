@@ -67,7 +67,8 @@ class ModelRunner:
 
     def run(self, batch: ScheduledBatch) -> tuple[dict[Sequence, int], float]:
         """Compute the batch; return the sampled next token of each sequence that finished
-        computing all its tokens this step, and the seconds the forward pass took."""
+        computing all its tokens this step, and the seconds the forward pass took. Sequences
+        that asked for logprobs get this step's appended to seq.logprobs."""
         started = time.perf_counter()
         token_ids: list[int] = []
         positions: list[int] = []
@@ -88,7 +89,11 @@ class ModelRunner:
         if not sample_seqs:
             return {}, forward_s
         logits = self.model.logits(hidden[torch.tensor(sample_rows)])
-        tokens = self.sampler(
-            logits, [s.params for s in sample_seqs], [s.generator for s in sample_seqs]
-        )
+        params = [s.params for s in sample_seqs]
+        tokens = self.sampler(logits, params, [s.generator for s in sample_seqs])
+        for seq, logprobs in zip(
+            sample_seqs, self.sampler.top_logprobs(logits, params), strict=True
+        ):
+            if logprobs is not None:
+                seq.logprobs.append(logprobs)
         return dict(zip(sample_seqs, tokens, strict=True)), forward_s

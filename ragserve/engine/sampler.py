@@ -33,6 +33,21 @@ class Sampler:
             tokens[rows] = chosen
         return tokens.tolist()
 
+    def top_logprobs(
+        self, logits: torch.Tensor, params: list[SamplingParams]
+    ) -> list[dict[int, float] | None]:
+        """For rows that ask for logprobs: the top-n tokens' log-probabilities."""
+        result: list[dict[int, float] | None] = [None] * len(params)
+        rows = [i for i, p in enumerate(params) if p.logprobs]
+        if rows:
+            logprobs = torch.log_softmax(logits[torch.tensor(rows)], dim=-1)
+            width = max(params[i].logprobs or 0 for i in rows)
+            values, ids = logprobs.topk(width, dim=-1)
+            for row, top_values, top_ids in zip(rows, values.tolist(), ids.tolist(), strict=True):
+                n = params[row].logprobs or 0
+                result[row] = dict(zip(top_ids[:n], top_values[:n], strict=True))
+        return result
+
     def _sample(
         self,
         logits: torch.Tensor,

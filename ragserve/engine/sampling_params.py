@@ -4,6 +4,8 @@ from dataclasses import dataclass, field
 
 from ragserve.engine.errors import InvalidRequestError
 
+MAX_LOGPROBS = 20
+
 
 @dataclass
 class SamplingParams:
@@ -17,6 +19,9 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    # Log-probabilities of the this many most likely tokens at each step (of the raw model
+    # distribution, before temperature and filtering), as in vLLM.
+    logprobs: int | None = None
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -34,6 +39,8 @@ class SamplingParams:
         if any(not s for s in stops):
             raise InvalidRequestError("stop strings must not be empty")
         self.stop_strings = tuple(stops)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise InvalidRequestError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
         if any(t < 0 for t in self.stop_token_ids or []):
             raise InvalidRequestError("stop_token_ids must be non-negative")
 

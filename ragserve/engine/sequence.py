@@ -39,6 +39,8 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: str | None = None
     generator: torch.Generator | None = None
+    # Per output token, when the request asked for logprobs: {token id: log-probability}.
+    logprobs: list[dict[int, float]] = field(default_factory=list)
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None

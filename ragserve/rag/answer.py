@@ -17,13 +17,13 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
-from ragserve.rag.rerank import Reranker
+from ragserve.rag.rerank import Generate, Reranker
 from ragserve.rag.retrieval import Retriever
 
 logger = logging.getLogger(__name__)
@@ -98,8 +98,6 @@ STOPWORDS = frozenset(
         "answer",
     ]
 )
-# Generated text, token ids and whether it is complete.
-Generate = Callable[[list[int], SamplingParams], AsyncIterator[tuple[str, list[int], bool]]]
 
 
 @dataclass
@@ -278,7 +276,7 @@ class AnswerService:
         retrieved = time.perf_counter()
         chunks = retrieval.chunks
         if self.reranker is not None and chunks:
-            chunks = await asyncio.to_thread(self.reranker.rerank, question, chunks)
+            chunks = await self.reranker.rerank(question, chunks, generate)
         reranked = time.perf_counter()
         timings = {
             "retrieval_ms": _ms(started, retrieved),
@@ -291,12 +289,12 @@ class AnswerService:
         prompt = await asyncio.to_thread(self.builder.build, question, chunks)
         text, token_ids, first_token = "", [], None
         params = SamplingParams(max_tokens=self.settings.max_tokens, temperature=0)
-        async for text_so_far, ids, _ in generate(prompt.token_ids, params):
-            if first_token is None and ids:
+        async for completion in generate(prompt.token_ids, params):
+            if first_token is None and completion.token_ids:
                 first_token = time.perf_counter()
-            if len(text_so_far) > len(text):
-                yield AnswerEvent(text_so_far[len(text) :])
-            text, token_ids = text_so_far, ids
+            if len(completion.text) > len(text):
+                yield AnswerEvent(completion.text[len(text) :])
+            text, token_ids = completion.text, completion.token_ids
         result = self._finish(text, question, prompt)
         result.usage = {
             "prompt_tokens": len(prompt.token_ids),

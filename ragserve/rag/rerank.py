@@ -1,21 +1,87 @@
 """Optional second-stage ranking of retrieved chunks. Off by default: measure before enabling.
 
-CrossEncoderReranker scores (question, chunk) pairs with any sentence-transformers CrossEncoder
-folder; no such model ships in this project's packages, so it is there for deployments that
-bring one.
+- LLMReranker asks the served model, for each chunk, whether the passage answers the question,
+  and scores it by P(yes) / (P(yes) + P(no)) from the next-token log-probabilities.
+- CrossEncoderReranker scores (question, chunk) pairs with any sentence-transformers
+  CrossEncoder folder; no such model ships in this project's packages, so it is there for
+  deployments that bring one.
 """
 
+import asyncio
+import math
 import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Protocol
 
+from transformers import PreTrainedTokenizerBase
+
+from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import ScoredChunk
+
+# Runs a prompt (token ids) on the served model, yielding the completion so far.
+Generate = Callable[[list[int], SamplingParams], AsyncIterator[CompletionOutput]]
+
+JUDGE_PROMPT = (
+    "Passage:\n{passage}\n\nQuestion: {question}\n"
+    "Does the passage contain the answer to the question? Reply yes or no."
+)
 
 
 class Reranker(Protocol):
-    def rerank(self, question: str, chunks: list[ScoredChunk]) -> list[ScoredChunk]:
+    async def rerank(
+        self, question: str, chunks: list[ScoredChunk], generate: Generate
+    ) -> list[ScoredChunk]:
         """The same chunks, best first, with their scores replaced by the reranker's."""
         ...
+
+
+def _rescored(chunks: list[ScoredChunk], scores: list[float]) -> list[ScoredChunk]:
+    rescored = [
+        ScoredChunk(**{**c.__dict__, "score": float(s)})
+        for c, s in zip(chunks, scores, strict=True)
+    ]
+    return sorted(rescored, key=lambda c: -c.score)
+
+
+class LLMReranker:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_passage_chars: int = 2000) -> None:
+        self.tokenizer = tokenizer
+        self.max_passage_chars = max_passage_chars
+        self.yes_ids = self._token_ids(("yes", "Yes", " yes", " Yes", "YES"))
+        self.no_ids = self._token_ids(("no", "No", " no", " No", "NO"))
+        self.params = SamplingParams(max_tokens=1, temperature=0, logprobs=20)
+
+    def _token_ids(self, words: tuple[str, ...]) -> set[int]:
+        ids = (self.tokenizer.encode(w, add_special_tokens=False) for w in words)
+        return {i[0] for i in ids if len(i) == 1}
+
+    def prompt(self, question: str, chunk: ScoredChunk) -> list[int]:
+        content = JUDGE_PROMPT.format(
+            passage=chunk.text[: self.max_passage_chars], question=question
+        )
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}],
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+        )
+
+    async def _score(self, question: str, chunk: ScoredChunk, generate: Generate) -> float:
+        last = None
+        async for completion in generate(self.prompt(question, chunk), self.params):
+            last = completion
+        top = (last.logprobs or [{}])[0] if last is not None else {}
+        yes = sum(math.exp(v) for t, v in top.items() if t in self.yes_ids)
+        no = sum(math.exp(v) for t, v in top.items() if t in self.no_ids)
+        return yes / (yes + no) if yes + no > 0 else 0.0
+
+    async def rerank(
+        self, question: str, chunks: list[ScoredChunk], generate: Generate
+    ) -> list[ScoredChunk]:
+        scores = await asyncio.gather(*(self._score(question, c, generate) for c in chunks))
+        return _rescored(chunks, list(scores))
 
 
 class CrossEncoderReranker:
@@ -27,12 +93,11 @@ class CrossEncoderReranker:
             raise ValueError(f"{folder} is not a CrossEncoder folder")
         self._model = CrossEncoder(str(folder), device="cpu")
 
-    def rerank(self, question: str, chunks: list[ScoredChunk]) -> list[ScoredChunk]:
+    async def rerank(
+        self, question: str, chunks: list[ScoredChunk], generate: Generate
+    ) -> list[ScoredChunk]:
         if not chunks:
             return []
-        scores = self._model.predict([(question, c.text) for c in chunks])
-        rescored = [
-            ScoredChunk(**{**c.__dict__, "score": float(s)})
-            for c, s in zip(chunks, scores, strict=True)
-        ]
-        return sorted(rescored, key=lambda c: -c.score)
+        pairs = [(question, c.text) for c in chunks]
+        scores = await asyncio.to_thread(self._model.predict, pairs)
+        return _rescored(chunks, [float(s) for s in scores])

@@ -3,6 +3,7 @@
 The access filter comes from the authenticated key, never from the request body.
 """
 
+import itertools
 import json
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -13,6 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.engine.outputs import CompletionOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
 from ragserve.rag.prompt import TEMPLATE_VERSION
@@ -33,14 +35,16 @@ class AnswerRequest(BaseModel):
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
-    """Generation on the served model for this principal (its tenant salts the prefix cache)."""
+    """Generation on the served model for this principal (its tenant salts the prefix cache).
+    One answer may run several prompts (a reranker's, then the answer's)."""
+    counter = itertools.count()
 
     async def generate(
         token_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[tuple[str, list[int], bool]]:
+    ) -> AsyncIterator[CompletionOutput]:
         try:
             stream = state.async_engine.add_request(
-                token_ids, params, request_id, who.user, who.tenant
+                token_ids, params, f"{request_id}-{next(counter)}", who.user, who.tenant
             )
         except EngineOverloadedError as error:
             state.metrics.requests_rejected.labels(reason="queue_full").inc()
@@ -52,8 +56,7 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
         output = None
         try:
             async for output in stream:
-                completion = output.outputs[0]
-                yield completion.text, completion.token_ids, output.finished
+                yield output.outputs[0]
         finally:
             stream.close()
             if output is not None and output.finished:

@@ -47,13 +47,14 @@ class ServerSettings(BaseSettings):
     retrieval_candidates: int = Field(30, ge=1, le=1000)
     max_upload_bytes: int = Field(20 << 20, ge=1)
     # Answers: refuse below this similarity of the closest permitted chunk; keep citations at
-    # or above this support; spotlight (datamark) retrieved text; optional CrossEncoder folder.
+    # or above this support; spotlight (datamark) retrieved text. reranker: none, "llm" (the
+    # served model judges each chunk), or a sentence-transformers CrossEncoder folder.
     refusal_threshold: float = Field(0.5, ge=-1, le=1)
     support_threshold: float = Field(0.6, ge=0, le=1)
     answer_max_tokens: int = Field(160, ge=1)
     evidence_budget_tokens: int = Field(1200, ge=64)
     datamark: bool = True
-    reranker_model: str | None = None
+    reranker: str | None = None
     # Response cache (off by default).
     response_cache: bool = False
     response_cache_ttl_s: float = Field(300.0, gt=0)

@@ -11,7 +11,7 @@ from ragserve.rag.documents import AccessFilter
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.prompt import PromptBuilder
-from ragserve.rag.rerank import CrossEncoderReranker
+from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker, Reranker
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.store import Store, open_store
 from ragserve.server.async_engine import AsyncEngine
@@ -111,10 +111,18 @@ class RagServices:
                 max_tokens=settings.answer_max_tokens,
                 evidence_budget=settings.evidence_budget_tokens,
             ),
-            CrossEncoderReranker(settings.reranker_model) if settings.reranker_model else None,
+            make_reranker(settings.reranker, engine),
         )
         ingestor = Ingestor(store, embedder, settings.chunk_size, settings.chunk_overlap)
         return cls(embedder, store, ingestor, retriever, answers)
+
+
+def make_reranker(name: str | None, engine: LLMEngine) -> Reranker | None:
+    if not name:
+        return None
+    if name == "llm":
+        return LLMReranker(engine.tokenizer)
+    return CrossEncoderReranker(name)
 
 
 def access_for(principal: Principal) -> AccessFilter:

@@ -216,3 +216,16 @@ def test_bfloat16_stays_close_to_float32(llm_fp32):
         )
     # Greedy paths drift apart after a near tie; on average they agree for most of the way.
     assert agree / len(PROMPTS) >= 12
+
+
+def test_logprobs_of_the_top_tokens(llm_fp32):
+    output = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0, logprobs=5))[
+        0
+    ].outputs[0]
+    assert len(output.logprobs) == 3
+    for token, top in zip(output.token_ids, output.logprobs, strict=True):
+        assert len(top) == 5
+        assert max(top, key=top.get) == token
+        assert all(v <= 0 for v in top.values())
+    plain = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0))[0]
+    assert plain.outputs[0].logprobs is None
