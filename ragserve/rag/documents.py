@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,29 @@ class DocumentRecord:
     ingested_at: float = 0.0
     num_chunks: int = 0
     text_length: int = 0
+
+    def next_version(self, old_version: int, chunks: list["ChunkRecord"]) -> None:
+        """Number this write as the version after old_version and name its chunks; both stores
+        call it inside the write transaction."""
+        self.version = old_version + 1
+        self.ingested_at = time.time()
+        self.num_chunks = len(chunks)
+        for chunk in chunks:
+            chunk.chunk_id = chunk_id(self.tenant, self.doc_id, self.version, chunk.index)
+
+    def columns(self) -> tuple[Any, ...]:
+        """The stored columns, in the stores' INSERT order."""
+        return (
+            self.tenant,
+            self.doc_id,
+            self.owner,
+            self.source,
+            self.title,
+            self.content_hash,
+            self.version,
+            self.ingested_at,
+            self.text_length,
+        )
 
     @classmethod
     def from_row(cls, row: Sequence[Any], acl_pairs: list[tuple[str, str]]) -> "DocumentRecord":

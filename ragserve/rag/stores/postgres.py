@@ -12,7 +12,6 @@ Where pgvector >= 0.8 is installed, iterative index scans are turned on too.
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,7 +25,6 @@ from ragserve.rag.documents import (
     ChunkRecord,
     DocumentRecord,
     ScoredChunk,
-    chunk_id,
     query_terms,
 )
 
@@ -154,13 +152,7 @@ class PostgresStore:
                 (document.tenant, document.doc_id),
             ).fetchone()
             old_version = row[0] if row else 0
-            document.version = old_version + 1
-            document.ingested_at = time.time()
-            document.num_chunks = len(chunks)
-            for chunk in chunks:
-                chunk.chunk_id = chunk_id(
-                    document.tenant, document.doc_id, document.version, chunk.index
-                )
+            document.next_version(old_version, chunks)
             with db.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO rs_chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
@@ -191,17 +183,7 @@ class PostgresStore:
                 " source = EXCLUDED.source, title = EXCLUDED.title,"
                 " content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,"
                 " ingested_at = EXCLUDED.ingested_at, text_length = EXCLUDED.text_length",
-                (
-                    document.tenant,
-                    document.doc_id,
-                    document.owner,
-                    document.source,
-                    document.title,
-                    document.content_hash,
-                    document.version,
-                    document.ingested_at,
-                    document.text_length,
-                ),
+                document.columns(),
             )
             self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()

@@ -8,7 +8,6 @@ embeddings, reloaded when the index version moves.
 import json
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,6 @@ from ragserve.rag.documents import (
     ChunkRecord,
     DocumentRecord,
     ScoredChunk,
-    chunk_id,
     query_terms,
 )
 
@@ -153,13 +151,8 @@ class SqliteStore:
                 (document.tenant, document.doc_id),
             ).fetchone()
             old_version = row[0] if row else 0
-            document.version = old_version + 1
-            document.ingested_at = time.time()
-            document.num_chunks = len(chunks)
+            document.next_version(old_version, chunks)
             for chunk in chunks:
-                chunk.chunk_id = chunk_id(
-                    document.tenant, document.doc_id, document.version, chunk.index
-                )
                 cursor = db.execute(
                     "INSERT INTO chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
                     " text, content_hash, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -186,17 +179,7 @@ class SqliteStore:
                 "INSERT OR REPLACE INTO documents (tenant, doc_id, owner, source, title,"
                 " content_hash, version, ingested_at, text_length)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    document.tenant,
-                    document.doc_id,
-                    document.owner,
-                    document.source,
-                    document.title,
-                    document.content_hash,
-                    document.version,
-                    document.ingested_at,
-                    document.text_length,
-                ),
+                document.columns(),
             )
             self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()
