@@ -204,3 +204,21 @@ def test_prompt_stays_within_budget_for_any_document_size(server, rag):
     assert len(prompt.token_ids) <= builder.limit
     assert [s.chunk.chunk_id for s in prompt.sources] == ["c2", "c2"]
     assert "Huge" not in prompt.text
+
+
+def test_rag_model_streams_through_the_openai_client(server, rag):
+    api = openai.OpenAI(base_url=server.url + "/v1", api_key=rag["board"], max_retries=0)
+    assert MODEL + "+rag" in [m.id for m in api.models.list().data]
+    question = "When does Project Falcon launch the orbital drone?"
+    chunks = list(
+        api.chat.completions.create(
+            model=MODEL + "+rag", messages=[{"role": "user", "content": question}], stream=True
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "stop"
+    citations = last.model_extra["citations"]
+    answer, _ = ask(server, rag["board"], question)
+    assert text == answer["answer"]
+    assert [c["doc_id"] for c in citations] == [c["doc_id"] for c in answer["citations"]]
