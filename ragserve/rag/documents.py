@@ -35,17 +35,6 @@ class AccessFilter:
     groups: tuple[str, ...] = ()
     everything: bool = False
 
-    def permits(self, document: "DocumentRecord") -> bool:
-        """The same rule the stores apply inside their queries, for in-memory checks."""
-        if document.tenant != self.tenant:
-            return False
-        return (
-            self.everything
-            or document.owner == self.user
-            or self.user in document.acl.users
-            or bool(set(self.groups) & set(document.acl.groups))
-        )
-
 
 @dataclass
 class DocumentRecord:

@@ -175,11 +175,3 @@ def parse_bytes(data: bytes, name: str, kind: str | None = None) -> ParsedDocume
     if not parsed.text.strip():
         raise ParseError(f"{name}: no text could be extracted")
     return parsed
-
-
-def parse_file(path: Path) -> ParsedDocument:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ParseError(f"{path}: cannot read ({error.strerror})") from error
-    return parse_bytes(data, path.name)
