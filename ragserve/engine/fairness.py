@@ -25,9 +25,13 @@ class FairQueue:
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
         self._queues: dict[str, list[Sequence]] = {}
+        # Kept as totals so other threads (admission limits, metrics) read them without
+        # iterating containers that the engine thread is changing.
+        self._size = 0
+        self.num_tokens = 0
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        return self._size
 
     def __iter__(self) -> Iterator[Sequence]:
         for queue in self._queues.values():
@@ -42,6 +46,8 @@ class FairQueue:
             queue = self._queues[seq.user] = []
         keys = [_queue_key(s) for s in queue]
         queue.insert(bisect.bisect_right(keys, _queue_key(seq)), seq)
+        self._size += 1
+        self.num_tokens += seq.num_tokens
 
     def peek(self) -> Sequence | None:
         heads = [q[0] for q in self._queues.values()]
@@ -52,6 +58,8 @@ class FairQueue:
     def remove(self, seq: Sequence) -> None:
         queue = self._queues[seq.user]
         queue.remove(seq)
+        self._size -= 1
+        self.num_tokens -= seq.num_tokens
         if not queue:
             del self._queues[seq.user]
 

@@ -44,7 +44,7 @@ class Scheduler:
 
     @property
     def num_queued_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.waiting)
+        return self.waiting.num_tokens
 
     def has_unfinished(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0

@@ -41,3 +41,14 @@ def test_priority_goes_first_within_and_across_users():
         order.append(seq.request_id)
         queue.remove(seq)
     assert order == ["high", "other", "low"]
+
+
+def test_queue_totals_follow_pushes_and_removals():
+    queue = FairQueue()
+    seqs = [make_seq(str(i), [1] * (i + 1), user=f"u{i % 2}") for i in range(4)]
+    for seq in seqs:
+        queue.push(seq)
+    assert len(queue) == 4 and queue.num_tokens == 1 + 2 + 3 + 4
+    queue.remove(seqs[1])
+    assert len(queue) == 3 and queue.num_tokens == 8
+    assert sorted(s.request_id for s in queue) == ["0", "2", "3"]
