@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ragserve.engine.outputs import CompletionOutput
     from ragserve.engine.sampling_params import SamplingParams
     from ragserve.rag.answer import AnswerResult
+    from ragserve.rag.documents import AccessFilter
     from ragserve.rag.store import Store
     from ragserve.server.settings import ServerSettings
 
@@ -261,13 +262,23 @@ def ingest(
         raise typer.Exit(1)
 
 
-def _operator_store(data_dir: Path | None, config: Path | None, store: str | None) -> "Store":
-    """The local operator's view: everything of one tenant, from the configured store."""
+def _operator(
+    tenant: str, data_dir: Path | None, config: Path | None, store: str | None
+) -> tuple["Store", "AccessFilter"]:
+    """The local operator's view: the configured store, and a filter seeing all of a tenant."""
+    from ragserve.rag.documents import AccessFilter
     from ragserve.rag.embeddings import Embedder
     from ragserve.rag.store import open_store
 
     settings = _rag_settings(data_dir, config, store)
-    return open_store(settings.store_url, Embedder(settings.embedding_model).dimension)
+    index = open_store(settings.store_url, Embedder(settings.embedding_model).dimension)
+    return index, AccessFilter(tenant, "operator", everything=True)
+
+
+def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
+    if not quiet:
+        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
+    return typer.Exit(1)
 
 
 def _print_documents(documents: list, as_json: bool) -> None:
@@ -300,12 +311,8 @@ def docs_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List the tenant's documents with their ACLs."""
-    from ragserve.rag.documents import AccessFilter
-
-    index = _operator_store(data_dir, config, store)
-    _print_documents(
-        index.list_documents(AccessFilter(tenant, "operator", everything=True)), as_json
-    )
+    index, access = _operator(tenant, data_dir, config, store)
+    _print_documents(index.list_documents(access), as_json)
 
 
 @docs_app.command("show")
@@ -318,13 +325,10 @@ def docs_show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show one document."""
-    from ragserve.rag.documents import AccessFilter
-
-    index = _operator_store(data_dir, config, store)
-    document = index.get_document(AccessFilter(tenant, "operator", everything=True), doc_id)
+    index, access = _operator(tenant, data_dir, config, store)
+    document = index.get_document(access, doc_id)
     if document is None:
-        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
-        raise typer.Exit(1)
+        raise _no_document(doc_id, tenant)
     _print_documents([document], as_json)
 
 
@@ -338,18 +342,14 @@ def docs_delete(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Delete a document; the next query no longer sees it."""
-    from ragserve.rag.documents import AccessFilter
-
-    index = _operator_store(data_dir, config, store)
-    deleted = index.delete_document(AccessFilter(tenant, "operator", everything=True), doc_id)
+    index, access = _operator(tenant, data_dir, config, store)
+    deleted = index.delete_document(access, doc_id)
     if as_json:
         print(json.dumps({"id": doc_id, "deleted": deleted}))
     elif deleted:
         console.print(f"deleted {doc_id}")
     if not deleted:
-        if not as_json:
-            console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
-        raise typer.Exit(1)
+        raise _no_document(doc_id, tenant, quiet=as_json)
 
 
 @docs_app.command("acl")
@@ -366,13 +366,11 @@ def docs_acl(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replace a document's ACL (the users and groups given; none: owner only)."""
-    from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.rag.documents import Acl
 
-    index = _operator_store(data_dir, config, store)
-    access = AccessFilter(tenant, "operator", everything=True)
+    index, access = _operator(tenant, data_dir, config, store)
     if not index.set_acl(access, doc_id, Acl.of(user, group)):
-        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
-        raise typer.Exit(1)
+        raise _no_document(doc_id, tenant)
     _print_documents([index.get_document(access, doc_id)], as_json)
 
 
