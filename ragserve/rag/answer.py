@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import AccessFilter, ScoredChunk
-from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
+from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
 from ragserve.rag.rerank import Generate, Reranker
 from ragserve.rag.retrieval import Retriever
 
 logger = logging.getLogger(__name__)
 
 CITATION = re.compile(r"\s*\[(\d+)\]")
-SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
+# A sentence ends at . ! ? before a space or the end, or at a line break ("6.3" stays whole).
+SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|(?=\n)|$)")
 WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
     [
@@ -310,6 +311,8 @@ class AnswerService:
 
     def _finish(self, text: str, question: str, prompt: BuiltPrompt) -> AnswerResult:
         logger.debug("model answer to %r: %r", question, text)
+        # A small model sometimes copies the spotlighting marks from the evidence.
+        text = text.replace(DATAMARK, " ")
         if not text.strip() or REFUSAL.lower().rstrip(".") in text.lower():
             return AnswerResult(REFUSAL, True)
         answer, citations = self.checker.check(text, question, prompt.sources)
