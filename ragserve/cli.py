@@ -1,9 +1,7 @@
 """The `ragserve` command line."""
 
-import itertools
 import json
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -18,8 +16,6 @@ from ragserve.engine.config import DEFAULT_MODEL
 from ragserve.server.auth import KeyStore, Role
 
 if TYPE_CHECKING:
-    from ragserve.engine.outputs import CompletionOutput
-    from ragserve.engine.sampling_params import SamplingParams
     from ragserve.rag.answer import AnswerResult
     from ragserve.rag.documents import AccessFilter
     from ragserve.rag.store import Store
@@ -413,18 +409,7 @@ def ask(
     runner = AsyncEngine(engine)
     runner.start()
 
-    requests = itertools.count()
-
-    async def generate(
-        token_ids: list[int], params: "SamplingParams"
-    ) -> AsyncIterator["CompletionOutput"]:
-        request_id = f"ask-{next(requests)}"
-        stream = runner.add_request(token_ids, params, request_id, principal.user, principal.tenant)
-        try:
-            async for output in stream:
-                yield output.outputs[0]
-        finally:
-            stream.close()
+    generate = runner.generator(principal.user, principal.tenant, "ask")
 
     async def answer() -> "AnswerResult | None":
         result = None

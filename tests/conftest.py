@@ -17,3 +17,10 @@ def llm_fp32():
 @pytest.fixture(scope="session")
 def default_model_path(llm_fp32):
     return llm_fp32.engine.model_path
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from ragserve.rag.embeddings import Embedder
+
+    return Embedder()

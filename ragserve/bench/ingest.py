@@ -13,21 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
-
 from ragserve.rag.corpus import load_wiki, wiki_sources
 from ragserve.rag.documents import AccessFilter, Acl
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.store import Store, open_store
+from ragserve.reports import percentile
 
 TENANT = "bench"
 T = TypeVar("T")
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def timed(fn: Callable[..., T], *args: object) -> tuple[float, T]:

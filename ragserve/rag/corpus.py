@@ -55,8 +55,9 @@ def load_wiki(path: Path | None = None, limit: int | None = None) -> list[Articl
     return articles
 
 
-def wiki_sources(articles: list[Article]) -> Iterator[SourceDocument]:
+def wiki_sources(articles: list[Article], origin: str = "wikipedia") -> Iterator[SourceDocument]:
+    """Articles as ingestible documents, each titled and identified as the article says."""
     for article in articles:
         parsed = parse_text(article.text, article.title)
         parsed.title = article.title
-        yield SourceDocument(f"wikipedia:{article.title}", parsed=parsed, doc_id=article.doc_id)
+        yield SourceDocument(f"{origin}:{article.title}", parsed=parsed, doc_id=article.doc_id)

@@ -67,8 +67,11 @@ class Ingestor:
         embedder: Embedder,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        allow_truncated_embeddings: bool = False,
     ) -> None:
-        if chunk_size > embedder.max_tokens:
+        # Chunks beyond the embedder's window are embedded from their first tokens only (keyword
+        # search still reads them whole); allowed only when asked, e.g. to measure that cost.
+        if chunk_size > embedder.max_tokens and not allow_truncated_embeddings:
             raise ValueError(
                 f"chunk size {chunk_size} exceeds the {embedder.max_tokens} tokens "
                 f"{embedder.name} reads; longer chunks would be embedded cut short"

@@ -5,12 +5,14 @@ it; the engine frees its KV blocks at the next step boundary.
 """
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 
 from ragserve.engine.engine import LLMEngine
-from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.outputs import CompletionOutput, RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,25 @@ class AsyncEngine:
             raise
         self._wakeup.set()
         return stream
+
+    def generator(
+        self, user: str, tenant: str, prefix: str
+    ) -> Callable[[list[int], SamplingParams], AsyncIterator[CompletionOutput]]:
+        """Generation for local callers (CLI, evaluation) as one principal: each call streams a
+        prompt's completion, and closing the stream aborts it."""
+        counter = itertools.count()
+
+        async def generate(
+            token_ids: list[int], params: SamplingParams
+        ) -> AsyncIterator[CompletionOutput]:
+            stream = self.add_request(token_ids, params, f"{prefix}-{next(counter)}", user, tenant)
+            try:
+                async for output in stream:
+                    yield output.outputs[0]
+            finally:
+                stream.close()
+
+        return generate
 
     def release(self, stream: RequestStream) -> None:
         self._streams.pop(stream.request_id, None)

@@ -6,17 +6,11 @@ import pytest
 
 from ragserve.rag.chunking import Chunker
 from ragserve.rag.documents import AccessFilter, Acl
-from ragserve.rag.embeddings import Embedder
 from ragserve.rag.ingest import Ingestor, SourceDocument
 from ragserve.rag.parsers import parse_bytes
 from ragserve.rag.stores.sqlite import SqliteStore
 
 OWNER = AccessFilter("acme", "olga")
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    return Embedder()
 
 
 @pytest.fixture

@@ -67,11 +67,6 @@ def start_server(
     thread.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    return Embedder()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, embedder) -> Iterator[LiveServer]:
     settings = ServerSettings(
