@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ragserve.bench.cli import bench_app
 from ragserve.engine.config import DEFAULT_MODEL
+from ragserve.eval.cli import eval_app
 from ragserve.server.auth import KeyStore, Role
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, help="ragserve: LLM serving with permission-aware RAG.")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys: create, list, revoke.")
 app.add_typer(bench_app, name="bench")
+app.add_typer(eval_app, name="eval")
 app.add_typer(keys_app, name="keys")
 console = Console()
 

@@ -1,0 +1,1 @@
+"""Measuring instruments for RAG quality and safety: `ragserve eval ...`."""

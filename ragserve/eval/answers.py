@@ -1,0 +1,241 @@
+"""`ragserve eval answers`: the whole answer path on every question, scored in two parts.
+
+Retrieval: is the gold document among the passages the prompt was built from. Generation:
+correctness (a gold answer contained, token F1), support and ALCE citation precision/recall
+(each answer sentence judged only against the passages it cites), refusals on unanswerable
+questions, latency and tokens. The model's raw text (before the citation check) is scored too,
+so a weak model and a strict check can be told apart.
+"""
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+
+from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.sampling_params import SamplingParams
+from ragserve.eval.context import EvalContext
+from ragserve.eval.dataset import QAItem
+from ragserve.eval.index import everything
+from ragserve.eval.metrics import (
+    CitedSentence,
+    alce_citation_scores,
+    contains_answer,
+    precision_recall_f1,
+    token_f1,
+)
+from ragserve.rag.answer import CITATION, SENTENCE, AnswerResult, AnswerService
+from ragserve.rag.documents import AccessFilter
+from ragserve.rag.rerank import Generate
+from ragserve.reports import markdown_table, run_section, summary, write_report
+
+MAX_CONCURRENT = 8
+
+
+def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[CitedSentence]:
+    """The answer's sentences, each with the text of the passages its [n] markers name."""
+    chunk_of = {c.n: c.chunk_id for c in result.citations}
+    sentences = []
+    for match in SENTENCE.finditer(result.answer):
+        text = CITATION.sub("", match.group()).strip()
+        if text:
+            marks = dict.fromkeys(int(n) for n in CITATION.findall(match.group()))
+            cited = [passages[chunk_of[n]] for n in marks if chunk_of.get(n) in passages]
+            sentences.append(CitedSentence(text, cited))
+    return sentences
+
+
+async def answer_one(
+    service: AnswerService, question: str, generate: Generate, access: AccessFilter
+) -> tuple[AnswerResult, str]:
+    """The answer, and the model's raw text for the answer prompt (the last prompt it ran)."""
+    raw = [""]
+
+    async def recording(
+        token_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[CompletionOutput]:
+        async for completion in generate(token_ids, params):
+            raw[0] = completion.text
+            yield completion
+
+    result = None
+    async for event in service.answer(access, question, recording):
+        result = event.result or result
+    assert result is not None
+    return result, raw[0]
+
+
+async def answer_all(
+    service: AnswerService,
+    items: list[QAItem],
+    generate: Generate,
+    progress: Callable[[int], None] | None = None,
+) -> list[tuple[AnswerResult, str]]:
+    limit = asyncio.Semaphore(MAX_CONCURRENT)
+    done = 0
+
+    async def one(item: QAItem) -> tuple[AnswerResult, str]:
+        nonlocal done
+        async with limit:
+            outcome = await answer_one(service, item.question, generate, everything())
+        done += 1
+        if progress is not None:
+            progress(done)
+        return outcome
+
+    return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+def score(
+    context: EvalContext,
+    outcomes: list[tuple[AnswerResult, str]],
+    judge: Callable[[list[str], str, str], bool],
+) -> dict:
+    retriever = context.retriever()
+    records = []
+    for item, (result, raw) in zip(context.items, outcomes, strict=True):
+        retrieved = retriever.retrieve(everything(), item.question).chunks
+        passages = {c.chunk_id: c.text for c in retrieved}
+        record = {
+            "qid": item.qid,
+            "kind": item.kind,
+            "refused": result.refused,
+            "answer": result.answer,
+            "raw": raw,
+            "gold_retrieved": context.gold.get(item.qid) in {c.doc_id for c in retrieved},
+            "cited_docs": [c.doc_id for c in result.citations],
+            "usage": result.usage,
+            "timings": result.timings,
+        }
+        if item.answerable:
+            answered = "" if result.refused else CITATION.sub("", result.answer)
+            record["correct"] = contains_answer(answered, item.answers)
+            record["f1"] = token_f1(answered, item.answers)
+            record["raw_correct"] = contains_answer(raw, item.answers)
+        if not result.refused:
+            sentences = cited_sentences(result, passages)
+            scores = alce_citation_scores(
+                sentences, functools.partial(judge, question=item.question)
+            )
+            record["citation"] = asdict(scores)
+            record["supported"] = scores.sentences > 0 and scores.recall == 1.0
+        records.append(record)
+    return summarize(records)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summarize(records: list[dict]) -> dict:
+    answerable = [r for r in records if r["kind"] == "answerable"]
+    answered = [r for r in records if not r["refused"]]
+    hit = [r for r in answerable if r["gold_retrieved"]]
+    refusal = precision_recall_f1(
+        [r["refused"] for r in records], [r["kind"] == "unanswerable" for r in records]
+    )
+    generated = [r for r in records if r["usage"]]
+    return {
+        "questions": len(records),
+        "retrieval": {"gold_in_prompt": _mean([r["gold_retrieved"] for r in answerable])},
+        "generation": {
+            "answered": len(answered),
+            "correct": _mean([r["correct"] for r in answerable]),
+            "f1": _mean([r["f1"] for r in answerable]),
+            "correct_when_gold_in_prompt": _mean([r["correct"] for r in hit]),
+            "raw_correct": _mean([r["raw_correct"] for r in answerable]),
+            "supported": _mean([r["supported"] for r in answered]),
+            "citation_precision": _mean([r["citation"]["precision"] for r in answered]),
+            "citation_recall": _mean([r["citation"]["recall"] for r in answered]),
+        },
+        "refusal": asdict(refusal)
+        | {
+            "answerable_refused": _mean([r["refused"] for r in answerable]),
+            "unanswerable_refused": _mean(
+                [r["refused"] for r in records if r["kind"] == "unanswerable"]
+            ),
+        },
+        "latency_ms": {
+            name: summary([r["timings"][name] for r in records if name in r["timings"]])
+            for name in ("retrieval_ms", "ttft_ms", "total_ms")
+        },
+        "tokens": {
+            "prompt_mean": _mean([r["usage"]["prompt_tokens"] for r in generated]),
+            "output_mean": _mean([r["usage"]["completion_tokens"] for r in generated]),
+            "generated_for": len(generated),
+        },
+        "records": records,
+    }
+
+
+def to_markdown(report: dict) -> str:
+    generation, refusal = report["generation"], report["refusal"]
+    latency = report["latency_ms"]
+    lines = [
+        "# Answer evaluation",
+        "",
+        f"{report['questions']} questions, {report['meta']['concurrency']} at a time.",
+        "",
+        "## Retrieval (what the prompt held)",
+        "",
+        f"Gold document among the prompt's passages: {report['retrieval']['gold_in_prompt']:.3f} "
+        "of answerable questions.",
+        "",
+        "## Generation",
+        "",
+        markdown_table(["metric", "value"], [[k, v] for k, v in generation.items()]),
+        "",
+        "## Refusal (positive: refused; relevant: unanswerable)",
+        "",
+        markdown_table(["metric", "value"], [[k, v] for k, v in refusal.items()]),
+        "",
+        "## Latency and tokens",
+        "",
+        markdown_table(
+            ["ms", "mean", "p50", "p90", "p99"], [[k, *v.values()] for k, v in latency.items()]
+        ),
+        "",
+        f"Prompt tokens per generated answer {report['tokens']['prompt_mean']:.0f}, output "
+        f"tokens {report['tokens']['output_mean']:.0f} ({report['tokens']['generated_for']} "
+        "answers generated; the rest refused before generation).",
+        "",
+        run_section(report["meta"]),
+    ]
+    return "\n".join(lines)
+
+
+def write(report: dict, out_dir) -> list:
+    def outcomes(figure) -> None:
+        axes = figure.subplots()
+        names = [
+            "gold in prompt",
+            "correct",
+            "raw correct",
+            "supported",
+            "cit. precision",
+            "cit. recall",
+            "refusal F1",
+        ]
+        values = [
+            report["retrieval"]["gold_in_prompt"],
+            report["generation"]["correct"],
+            report["generation"]["raw_correct"],
+            report["generation"]["supported"],
+            report["generation"]["citation_precision"],
+            report["generation"]["citation_recall"],
+            report["refusal"]["f1"],
+        ]
+        axes.bar(names, [0 if v != v else v for v in values])
+        axes.set_ylim(0, 1.05)
+        axes.tick_params(axis="x", labelrotation=30)
+        axes.set_title("Answers: retrieval, generation, refusal")
+
+    def latency(figure) -> None:
+        axes = figure.subplots()
+        totals = [r["timings"]["total_ms"] for r in report["records"]]
+        axes.hist(totals, bins=20)
+        axes.set_xlabel("end-to-end answer latency (ms)")
+
+    return write_report(
+        out_dir, "answers", report, to_markdown(report), {"scores": outcomes, "latency": latency}
+    )

@@ -1,0 +1,221 @@
+"""`ragserve eval ...` commands: each writes JSON, Markdown and PNG reports and prints a summary
+(or the JSON report with --json)."""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of retrieval, answers and safety.")
+console = Console(stderr=True)
+
+DatasetOption = Annotated[
+    Path, typer.Option(help="JSONL of {qid, question, answers, gold_doc, kind}.")
+]
+CorpusOption = Annotated[
+    str, typer.Option(help="'wiki' (the bundled Wikipedia corpus), a JSONL or a JSON file.")
+]
+CorpusLimitOption = Annotated[
+    int | None, typer.Option(help="Index only the gold documents and others up to N in all.")
+]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="TOML settings file.")]
+OutOption = Annotated[Path, typer.Option(help="Report folder.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the JSON report.")]
+
+
+def _settings(config: Path | None, **overrides: object):
+    from ragserve.server.settings import ServerSettings
+
+    return ServerSettings.load(config, **overrides)
+
+
+def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index: bool = True):
+    from ragserve.eval.context import EvalContext
+    from ragserve.eval.corpus import CorpusError
+    from ragserve.eval.dataset import DatasetError
+
+    with console.status("loading the dataset and the corpus index") as status:
+
+        def progress(done: int, total: int) -> None:
+            status.update(f"indexing the corpus: {done}/{total} documents")
+
+        try:
+            context = EvalContext.open(settings, dataset, corpus, corpus_limit, progress)
+            if index:
+                context.open_index()  # under the progress display
+            return context
+        except (DatasetError, CorpusError, ValueError) as error:
+            console.print(f"[red]error:[/red] {error}")
+            raise typer.Exit(2) from error
+
+
+def _finish(report: dict, markdown: str, paths: list[Path], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        Console().print(Markdown(markdown.split("\n## Run")[0]))
+    console.print("reports: " + ", ".join(str(p) for p in paths))
+
+
+def _rerankers(names: str, runner_tokenizer: Callable[[], object]) -> dict:
+    from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker
+
+    rerankers = {}
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name == "none":
+            continue
+        if name == "llm":
+            rerankers["llm"] = LLMReranker(runner_tokenizer())
+        else:
+            try:
+                rerankers[Path(name).name] = CrossEncoderReranker(name)
+            except ValueError as error:
+                console.print(f"[red]error:[/red] {error}")
+                raise typer.Exit(2) from error
+    return rerankers
+
+
+@eval_app.command("retrieval")
+def retrieval(
+    dataset: DatasetOption,
+    corpus: CorpusOption = "wiki",
+    corpus_limit: CorpusLimitOption = None,
+    rerankers: Annotated[
+        str, typer.Option(help="Comma-separated: llm, a CrossEncoder folder, or none.")
+    ] = "llm",
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Recall@1/5/10, MRR and nDCG@10 of the gold document for BM25, dense, hybrid, reranked."""
+    from contextlib import nullcontext
+
+    from ragserve.eval import retrieval as evaluation
+    from ragserve.eval.context import served_model
+
+    settings = _settings(config)
+    context = _open(settings, dataset, corpus, corpus_limit)
+    needs_model = any(n.strip() == "llm" for n in rerankers.split(","))
+    with served_model(settings) if needs_model else nullcontext() as runner:
+        chosen = _rerankers(rerankers, lambda: runner.engine.tokenizer)
+        generate = runner.generator("eval", "eval", "rerank") if runner else None
+        with console.status("retrieving") as status:
+            report = evaluation.evaluate(context, chosen, generate, status.update)
+    context.close()
+    paths = evaluation.write(report, out)
+    _finish(report, evaluation.to_markdown(report), paths, as_json)
+
+
+@eval_app.command("answers")
+def answers(
+    dataset: DatasetOption,
+    corpus: CorpusOption = "wiki",
+    corpus_limit: CorpusLimitOption = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N questions.")] = None,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Correctness, support, ALCE citation precision/recall, refusals, latency and tokens."""
+    import asyncio
+
+    from ragserve.eval import answers as evaluation
+    from ragserve.eval.context import served_model
+    from ragserve.eval.support import SupportJudge
+
+    settings = _settings(config)
+    context = _open(settings, dataset, corpus, corpus_limit)
+    context.items = context.items[:limit] if limit else context.items
+    with served_model(settings) as runner, console.status("answering") as status:
+        services = context.services(runner)
+        outcomes = asyncio.run(
+            evaluation.answer_all(
+                services.answers,
+                context.items,
+                runner.generator("eval", "eval", "answer"),
+                lambda done: status.update(f"answering: {done}/{len(context.items)}"),
+            )
+        )
+        services.store.close()
+    meta = context.metadata(concurrency=evaluation.MAX_CONCURRENT, support_judge="SupportJudge")
+    report = {"meta": meta} | evaluation.score(context, outcomes, SupportJudge(context.embedder))
+    context.close()
+    paths = evaluation.write(report, out)
+    _finish(report, evaluation.to_markdown(report), paths, as_json)
+
+
+@eval_app.command("chunking")
+def chunking(
+    dataset: DatasetOption,
+    sizes: Annotated[str, typer.Option(help="Comma-separated chunk sizes in tokens.")] = (
+        "64,128,256,512"
+    ),
+    group: Annotated[int, typer.Option(help="Consecutive articles per long document.")] = 16,
+    corpus: CorpusOption = "wiki",
+    corpus_limit: CorpusLimitOption = None,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Retrieval metrics and prompt token cost per chunk size, on long per-topic documents."""
+    from transformers import AutoTokenizer
+
+    from ragserve.engine.loader import resolve_model
+    from ragserve.eval import chunking as evaluation
+
+    try:
+        chosen = sorted({int(s) for s in sizes.split(",")})
+    except ValueError as error:
+        console.print(f"[red]error:[/red] --sizes must be integers, got {sizes!r}")
+        raise typer.Exit(2) from error
+    if chosen[0] < 8 or group < 1:
+        console.print("[red]error:[/red] chunk sizes must be at least 8, --group at least 1")
+        raise typer.Exit(2)
+    settings = _settings(config)
+    context = _open(settings, dataset, corpus, corpus_limit, index=False)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(settings.model))
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    with console.status("evaluating chunk sizes") as status:
+        report = evaluation.evaluate(context, chosen, group, count, status.update)
+    paths = evaluation.write(report, out)
+    _finish(report, evaluation.to_markdown(report), paths, as_json)
+
+
+@eval_app.command("safety")
+def safety(
+    dataset: DatasetOption,
+    cases: Annotated[
+        int, typer.Option(help="Injection cases (each asked with and without spotlighting).")
+    ] = 60,
+    memos: Annotated[int, typer.Option(help="Restricted memos in the access suite.")] = 12,
+    seed: int = 0,
+    corpus: CorpusOption = "wiki",
+    corpus_limit: CorpusLimitOption = None,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Injection attack success with and without spotlighting, and access-control leaks."""
+    from ragserve.eval import safety as evaluation
+    from ragserve.eval.context import served_model
+
+    if cases < 1 or memos < 2:
+        console.print("[red]error:[/red] --cases must be at least 1 and --memos at least 2")
+        raise typer.Exit(2)
+    settings = _settings(config)
+    context = _open(settings, dataset, corpus, corpus_limit, index=False)
+    try:
+        with served_model(settings) as runner, console.status("running the safety suites"):
+            report = evaluation.evaluate(context, runner, cases, memos, seed)
+    except FileNotFoundError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    paths = evaluation.write(report, out)
+    _finish(report, evaluation.to_markdown(report), paths, as_json)
