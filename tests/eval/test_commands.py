@@ -163,5 +163,5 @@ def test_safety_suites_find_no_leak(inputs):
     assert access["authorized_saw_memo"] == 1.0, "the board member does reach the memos"
     assert access["unauthorized_asks"] == 3 * 2 + 2, "three outsiders per memo, then two after"
     injection = report["injection"]["summary"]
-    assert set(injection) == {"spotlighting", "no spotlighting"}
+    assert set(injection) == {"spotlighting", "no spotlighting", "control: asked directly"}
     assert all(s["cases"] == 2 for s in injection.values())
