@@ -296,7 +296,9 @@ class AnswerService:
             if len(completion.text) > len(text):
                 yield AnswerEvent(completion.text[len(text) :])
             text, token_ids = completion.text, completion.token_ids
+        generated = time.perf_counter()
         result = self._finish(text, question, prompt)
+        checked = time.perf_counter()
         result.usage = {
             "prompt_tokens": len(prompt.token_ids),
             "completion_tokens": len(token_ids),
@@ -304,8 +306,9 @@ class AnswerService:
         }
         result.timings = timings | {
             "prompt_tokens": len(prompt.token_ids),
-            "ttft_ms": _ms(started, first_token or time.perf_counter()),
-            "total_ms": _ms(started, time.perf_counter()),
+            "ttft_ms": _ms(started, first_token or generated),
+            "check_ms": _ms(generated, checked),
+            "total_ms": _ms(started, checked),
         }
         yield AnswerEvent(result=result)
 

@@ -31,6 +31,8 @@ class ServerSettings(BaseSettings):
     max_num_batched_tokens: int = Field(512, ge=1)
     max_queued_requests: int = Field(256, ge=1)
     max_queued_tokens: int = Field(1 << 18, ge=1)
+    # Reuse the KV blocks of earlier prompts' shared prefixes (within a tenant).
+    enable_prefix_caching: bool = True
     # Request limits.
     max_tokens_cap: int = Field(2048, ge=1)
     default_max_tokens: int = Field(256, ge=1)
@@ -102,4 +104,5 @@ class ServerSettings(BaseSettings):
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_queued_requests=self.max_queued_requests,
             max_queued_tokens=self.max_queued_tokens,
+            enable_prefix_caching=self.enable_prefix_caching,
         )

@@ -118,6 +118,7 @@ def test_board_member_gets_a_cited_answer(server, rag):
     assert f"[{citation['n']}]" in answer["answer"]
     timings = answer["timings"]
     assert timings["retrieval_ms"] > 0 and timings["total_ms"] >= timings["ttft_ms"]
+    assert 0 <= timings["check_ms"] <= timings["total_ms"] - timings["ttft_ms"]
     assert answer["usage"]["prompt_tokens"] == timings["prompt_tokens"]
 
 
