@@ -96,3 +96,232 @@ def ingest(
     name = "ingest-postgres" if store.startswith("postgres") else "ingest-sqlite"
     write_report(report, out, name)
     print(json.dumps(report, indent=2))
+
+
+UrlOption = Annotated[str, typer.Option(help="The server's root, e.g. http://127.0.0.1:8000.")]
+KeyOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--api-key",
+        help="An API key; repeatable: requests go round-robin over them "
+        "(several users or tenants).",
+    ),
+]
+RateOption = Annotated[float, typer.Option(help="Requests per second (inf: all at once).")]
+SweepOption = Annotated[
+    str | None, typer.Option(help="Comma-separated request rates to run one after another.")
+]
+SloOption = Annotated[
+    list[str] | None, typer.Option("--slo", help="ttft:MS, tpot:MS or e2e:MS; repeatable.")
+]
+
+
+def _load_settings(
+    rate: float, burstiness: float, max_concurrency: int | None, cancel_share: float, seed: int
+):
+    from ragserve.bench.load import LoadSettings
+
+    if not 0 <= cancel_share <= 1:
+        raise typer.BadParameter("--cancel-share must be within [0, 1]")
+    if burstiness <= 0 or rate <= 0:
+        raise typer.BadParameter("--request-rate and --burstiness must be positive")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise typer.BadParameter("--max-concurrency must be at least 1")
+    return LoadSettings(rate, burstiness, max_concurrency, cancel_share, seed)
+
+
+def _rates(sweep_rates: str | None, rate: float) -> list[float]:
+    if not sweep_rates:
+        return [rate]
+    try:
+        rates = [float(r) for r in sweep_rates.split(",")]
+    except ValueError as error:
+        raise typer.BadParameter(f"--sweep-rates must be numbers, got {sweep_rates!r}") from error
+    if min(rates) <= 0:
+        raise typer.BadParameter("--sweep-rates must be positive")
+    return rates
+
+
+def _plan(load: tuple, slo: list[str] | None, sweep_rates: str | None):
+    """Checked load settings, SLOs and rates, before any request goes out. `load` is
+    (rate, burstiness, max_concurrency, cancel_share, seed)."""
+    from ragserve.bench.measures import Slo
+
+    settings = _load_settings(*load)
+    try:
+        objectives = Slo.parse(slo or [])
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return settings, objectives, _rates(sweep_rates, settings.rate)
+
+
+def _run(url: str, make_jobs, plan) -> list:
+    import asyncio
+
+    from ragserve.bench.serve import sweep
+
+    settings, objectives, rates = plan
+    return asyncio.run(sweep(url, make_jobs, rates, settings, objectives))
+
+
+def _caller(keys: list[str], n: int) -> tuple[str, str]:
+    """The key and user name of the n-th request: round-robin over the keys."""
+    return keys[n % len(keys)], f"user-{n % len(keys)}"
+
+
+def _report(kind: str, meta: dict, runs: list, out: Path, name: str, as_json: bool) -> None:
+    from ragserve.bench.serve import to_markdown, write
+    from ragserve.reports import run_metadata
+
+    report = {"meta": run_metadata(title=kind, **meta), "runs": runs}
+    paths = write(report, out, name)
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        Console().print(Markdown(to_markdown(report).split("\n## Run")[0]))
+        Console(stderr=True).print("reports: " + ", ".join(str(p) for p in paths))
+
+
+@bench_app.command("serve")
+def serve(
+    url: UrlOption,
+    api_key: KeyOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: the server's first).")
+    ] = None,
+    dataset_name: Annotated[
+        str, typer.Option(help="random, sharegpt or shared-prefix.")
+    ] = "random",
+    num_requests: int = 200,
+    input_len: Annotated[
+        str, typer.Option(help="Prompt tokens, LOW-HIGH (random, suffix of shared-prefix).")
+    ] = "128-512",
+    output_len: Annotated[
+        str, typer.Option(help="Output tokens, LOW-HIGH (not sharegpt).")
+    ] = "32-256",
+    prefix_len: Annotated[int, typer.Option(help="shared-prefix: tokens of each prefix.")] = 512,
+    prefix_groups: Annotated[int, typer.Option(help="shared-prefix: distinct prefixes.")] = 4,
+    max_prompt: Annotated[int, typer.Option(help="sharegpt: longest prompt kept.")] = 1024,
+    max_total: Annotated[int, typer.Option(help="sharegpt: longest prompt + output kept.")] = 2048,
+    request_rate: RateOption = float("inf"),
+    burstiness: Annotated[float, typer.Option(help="Gamma shape of the gaps; 1 is Poisson.")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
+    cancel_share: Annotated[
+        float, typer.Option(help="Share of clients that cancel mid-stream.")
+    ] = 0.0,
+    slo: SloOption = None,
+    sweep_rates: SweepOption = None,
+    tokenizer: Annotated[
+        str, typer.Option(help="Tokenizer for prompt lengths: a model name or folder.")
+    ] = DEFAULT_MODEL,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
+    name: Annotated[str, typer.Option(help="Report file name.")] = "serve",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Load an OpenAI-compatible server's /v1/completions with realistic lengths and arrivals."""
+    import random
+
+    import httpx
+    from transformers import AutoTokenizer
+
+    from ragserve.bench import workload
+    from ragserve.bench.client import completion
+    from ragserve.engine.loader import resolve_model
+
+    plan = _plan((request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates)
+    if dataset_name not in ("random", "sharegpt", "shared-prefix"):
+        raise typer.BadParameter(f"unknown --dataset-name {dataset_name!r}")
+    keys = api_key or [""]
+    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
+    text = workload.RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
+    if model is None:
+        headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
+        listed = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
+        model = listed["data"][0]["id"]
+
+    def make_jobs(run_seed: int):
+        text.rng.seed(run_seed)
+        if dataset_name == "random":
+            specs = workload.random_requests(
+                text, num_requests, _range(input_len), _range(output_len)
+            )
+        elif dataset_name == "shared-prefix":
+            specs = workload.shared_prefix_requests(
+                text, num_requests, prefix_groups, prefix_len, _range(input_len), _range(output_len)
+            )
+        else:
+            specs = workload.sharegpt_requests(text, num_requests, max_prompt, max_total)
+
+        def job(spec, n):
+            key, user = _caller(keys, n)
+            return lambda client, cancel_after: completion(
+                client, model, spec.prompt, spec.output_tokens, key, user, cancel_after
+            )
+
+        return [(job(spec, n), spec.output_tokens) for n, spec in enumerate(specs)]
+
+    runs = _run(url, make_jobs, plan)
+    workload_text = (
+        f"{dataset_name}, {num_requests} requests, "
+        + (
+            f"input {input_len} tokens, output {output_len}"
+            if dataset_name != "sharegpt"
+            else f"ShareGPT lengths (prompt ≤ {max_prompt}, total ≤ {max_total})"
+        )
+        + (
+            f", prefix {prefix_len} tokens in {prefix_groups} groups"
+            if dataset_name == "shared-prefix"
+            else ""
+        )
+        + f", burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}"
+    )
+    meta = {"url": url, "model": model, "workload": workload_text, "seed": seed}
+    _report("Serving benchmark", meta, runs, out, name, as_json)
+
+
+@bench_app.command("rag")
+def rag(
+    url: UrlOption,
+    dataset: Annotated[Path, typer.Option(help="JSONL with a question per line.")],
+    api_key: KeyOption = None,
+    num_requests: int = 100,
+    request_rate: RateOption = float("inf"),
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    cancel_share: float = 0.0,
+    slo: SloOption = None,
+    sweep_rates: SweepOption = None,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
+    name: Annotated[str, typer.Option(help="Report file name.")] = "rag",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Load POST /v1/answers with a dataset's questions; adds the server's time split."""
+    import random
+
+    from ragserve.bench.client import answer
+
+    plan = _plan((request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates)
+    keys = api_key or [""]
+    questions = [json.loads(line)["question"] for line in dataset.read_text().splitlines() if line]
+    rng = random.Random(seed)
+
+    def make_jobs(run_seed: int):
+        rng.seed(run_seed)
+        chosen = [rng.choice(questions) for _ in range(num_requests)]
+
+        def job(question, n):
+            key, user = _caller(keys, n)
+            return lambda client, cancel_after: answer(client, question, key, user, cancel_after)
+
+        # Answers stream at most answer_max_tokens chunks; cancel within the first 32.
+        return [(job(q, n), 32) for n, q in enumerate(chosen)]
+
+    runs = _run(url, make_jobs, plan)
+    workload_text = (
+        f"{num_requests} questions from {dataset.name}, burstiness {burstiness}, "
+        f"{len(keys)} keys, cancel share {cancel_share}"
+    )
+    meta = {"url": url, "workload": workload_text, "seed": seed}
+    _report("RAG answer benchmark", meta, runs, out, name, as_json)

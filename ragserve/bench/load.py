@@ -1,0 +1,121 @@
+"""Sends a workload at its arrival times, with optional concurrency cap and cancellations,
+while sampling the server's own gauges (KV usage, running and waiting requests) when it
+exposes Prometheus metrics (ragserve and vLLM do)."""
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from ragserve.bench.client import RequestResult
+
+# One request: given the client and after how many chunks to cancel (None: never).
+Job = Callable[[httpx.AsyncClient, int | None], Awaitable[RequestResult]]
+
+SAMPLE_EVERY_S = 0.25
+GAUGES = {
+    "kv_cache_usage": ("ragserve:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+    "running": ("ragserve:num_requests_running", "vllm:num_requests_running"),
+    "waiting": ("ragserve:num_requests_waiting", "vllm:num_requests_waiting"),
+}
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    rate: float  # requests per second; inf sends everything at once
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    cancel_share: float = 0.0
+    seed: int = 0
+
+
+class ServerProbe:
+    """Reads GET /metrics; silent (empty readings) when the server has none."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def read(self) -> dict[str, float]:
+        try:
+            response = await self.client.get("/metrics", timeout=5)
+        except httpx.HTTPError:
+            return {}
+        if response.status_code != 200:
+            return {}
+        values: dict[str, float] = {}
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                name = f"{sample.name}{{{labels}}}" if labels else sample.name
+                values[name] = values.get(name, 0.0) + sample.value
+        return values
+
+    async def gauges(self) -> dict[str, float]:
+        values = await self.read()
+        return {
+            name: next((values[m] for m in metrics if m in values), float("nan"))
+            for name, metrics in GAUGES.items()
+        }
+
+    async def wait_idle(self, timeout_s: float = 60.0) -> dict[str, float]:
+        """Wait until nothing runs or waits; the gauges then (or at the timeout). A server
+        without these gauges (NaN) counts as idle."""
+        deadline = time.monotonic() + timeout_s
+        gauges = await self.gauges()
+        while time.monotonic() < deadline and (gauges["running"] > 0 or gauges["waiting"] > 0):
+            await asyncio.sleep(SAMPLE_EVERY_S)
+            gauges = await self.gauges()
+        return gauges
+
+
+def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """How much each counter grew during a run."""
+    return {
+        name: after[name] - before.get(name, 0.0)
+        for name in after
+        if name.endswith("_total") or "_total{" in name
+    }
+
+
+async def run_load(
+    client: httpx.AsyncClient,
+    jobs: list[tuple[Job, int]],
+    settings: LoadSettings,
+    probe: ServerProbe | None = None,
+) -> tuple[list[RequestResult], float, list[dict[str, float]]]:
+    """Run jobs (each with its expected output chunks) at the arrival times; returns the
+    results in submission order, the wall time, and the gauge timeline."""
+    from ragserve.bench.workload import arrival_gaps
+
+    rng = random.Random(settings.seed)
+    gaps = arrival_gaps(len(jobs), settings.rate, settings.burstiness, rng)
+    limit = asyncio.Semaphore(settings.max_concurrency or len(jobs) or 1)
+    timeline: list[dict[str, float]] = []
+    started = time.perf_counter()
+    sampling = True
+
+    async def sample() -> None:
+        while sampling and probe is not None:
+            timeline.append({"t": time.perf_counter() - started, **await probe.gauges()})
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    async def one(job: Job, cancel_after: int | None) -> RequestResult:
+        async with limit:
+            return await job(client, cancel_after)
+
+    sampler = asyncio.create_task(sample())
+    tasks = []
+    for gap, (job, expected_chunks) in zip(gaps, jobs, strict=True):
+        await asyncio.sleep(gap)
+        cancel = rng.random() < settings.cancel_share
+        cancel_after = rng.randint(1, max(1, expected_chunks - 1)) if cancel else None
+        tasks.append(asyncio.create_task(one(job, cancel_after)))
+    results = list(await asyncio.gather(*tasks))
+    duration = time.perf_counter() - started
+    sampling = False
+    await sampler
+    return results, duration, timeline

@@ -1,0 +1,194 @@
+"""`ragserve bench serve|rag`: load against a running server, one run or a sweep of request
+rates up to overload, reported as JSON, Markdown and PNG plots."""
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from ragserve.bench.client import RequestResult
+from ragserve.bench.load import Job, LoadSettings, ServerProbe, counter_deltas, run_load
+from ragserve.bench.measures import Slo, request_latencies, server_time_split, summarize
+from ragserve.reports import markdown_table, run_section, summary, write_report
+
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+async def measure(
+    client: httpx.AsyncClient, jobs: list[tuple[Job, int]], settings: LoadSettings, slo: Slo
+) -> dict:
+    """One run: the client-side summary, and what the server's metrics say happened."""
+    probe = ServerProbe(client)
+    before = await probe.read()
+    results, duration, timeline = await run_load(client, jobs, settings, probe)
+    idle = await probe.wait_idle()
+    after = await probe.read()
+    run = {
+        "rate": settings.rate if math.isfinite(settings.rate) else "inf",
+        "max_concurrency": settings.max_concurrency,
+        "cancel_share": settings.cancel_share,
+        "summary": summarize(results, duration, slo),
+        "per_user": per_user(results),
+        "server": {"counters": counter_deltas(before, after), "after_idle": idle},
+        "timeline": timeline,
+    }
+    if any(r.server_timings for r in results):
+        run["rag_split_ms"] = server_time_split(results)
+        answered = [r for r in results if r.ok and r.refused is not None]
+        run["refused_share"] = sum(bool(r.refused) for r in answered) / max(1, len(answered))
+    return run
+
+
+def per_user(results: list[RequestResult]) -> dict[str, dict]:
+    by_user: dict[str, list[RequestResult]] = defaultdict(list)
+    for result in results:
+        by_user[result.user].append(result)
+    return {
+        user: {
+            "requests": len(mine),
+            "completed": sum(r.ok for r in mine),
+            "ttft_ms_p50": summary([request_latencies(r)["ttft_ms"] for r in mine if r.ok])["p50"],
+        }
+        for user, mine in by_user.items()
+    }
+
+
+async def sweep(
+    url: str,
+    make_jobs: Callable[[int], list[tuple[Job, int]]],
+    rates: list[float],
+    settings: LoadSettings,
+    slo: Slo,
+) -> list[dict]:
+    """One run per rate, the server idle between. Each run draws its own prompts (seed + run
+    number): a repeated prompt would be served from the prefix cache and flatter later runs."""
+    runs = []
+    async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=_limits()) as client:
+        for n, rate in enumerate(rates):
+            run_settings = replace(settings, rate=rate, seed=settings.seed + n)
+            runs.append(await measure(client, make_jobs(run_settings.seed), run_settings, slo))
+    return runs
+
+
+def _limits() -> httpx.Limits:
+    return httpx.Limits(max_connections=None, max_keepalive_connections=64)
+
+
+def to_markdown(report: dict) -> str:
+    rows = []
+    for run in report["runs"]:
+        s = run["summary"]
+        rows.append(
+            [
+                run["rate"],
+                s["requests"],
+                s["completed"],
+                s["cancelled"],
+                sum(s["rejected"].values()),
+                s["request_throughput"],
+                s["output_token_throughput"],
+                s["goodput"],
+                s["ttft_ms"]["p50"],
+                s["ttft_ms"]["p99"],
+                s["tpot_ms"]["p50"],
+                s["itl_ms"]["p99"],
+                s["e2e_ms"]["p99"],
+            ]
+        )
+    headers = [
+        "rate (req/s)",
+        "requests",
+        "done",
+        "cancelled",
+        "rejected",
+        "req/s",
+        "out tok/s",
+        "goodput (req/s)",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "ITL p99 ms",
+        "E2E p99 ms",
+    ]
+    lines = [
+        f"# {report['meta']['title']}",
+        "",
+        f"Workload: {report['meta']['workload']}. SLOs: {report['runs'][0]['summary']['slo']}.",
+        "",
+        markdown_table(headers, rows),
+        "",
+    ]
+    for run in report["runs"]:
+        server = run["server"]
+        interesting = {k: v for k, v in server["counters"].items() if v}
+        if interesting or run.get("rag_split_ms"):
+            lines.append(f"## Rate {run['rate']}")
+            lines.append("")
+        if interesting:
+            lines.append(markdown_table(["server counter", "change"], sorted(interesting.items())))
+            lines.append("")
+            lines.append(f"After the run, once idle: {server['after_idle']}.")
+            lines.append("")
+        if run.get("rag_split_ms"):
+            split = run["rag_split_ms"]
+            lines.append(
+                markdown_table(
+                    ["server time (ms)", "mean", "p50", "p90", "p99"],
+                    [[k, *v.values()] for k, v in split.items()],
+                )
+            )
+            lines.append(f"\nRefused: {run['refused_share']:.3f} of answers.\n")
+        rejected = run["summary"]["rejected"]
+        if rejected:
+            lines.append(f"Rejections by status: {rejected}.\n")
+    lines.append(run_section(report["meta"]))
+    return "\n".join(lines)
+
+
+def write(report: dict, out_dir: Path, name: str) -> list[Path]:
+    runs = report["runs"]
+    plots = {}
+    if len(runs) > 1:
+        rates = [float(r["rate"]) for r in runs]
+
+        def load_curve(figure) -> None:
+            throughput, latency = figure.subplots(1, 2)
+            throughput.plot(
+                rates,
+                [r["summary"]["request_throughput"] for r in runs],
+                "o-",
+                label="completed req/s",
+            )
+            throughput.plot(
+                rates, [r["summary"]["goodput"] for r in runs], "s--", label="goodput req/s"
+            )
+            throughput.plot(rates, rates, ":", color="grey", label="offered")
+            throughput.set_xlabel("offered request rate (req/s)")
+            throughput.legend(fontsize="small")
+            latency.plot(rates, [r["summary"]["ttft_ms"]["p99"] / 1000 for r in runs], "o-")
+            latency.set_xlabel("offered request rate (req/s)")
+            latency.set_ylabel("p99 TTFT (s)")
+            latency.set_ylim(bottom=0)
+
+        plots["sweep"] = load_curve
+    if any(r["timeline"] for r in runs):
+
+        def timeline(figure) -> None:
+            usage, queue = figure.subplots(2, 1, sharex=True)
+            for run in runs:
+                points = run["timeline"]
+                label = f"rate {run['rate']}"
+                usage.plot(
+                    [p["t"] for p in points], [p["kv_cache_usage"] for p in points], label=label
+                )
+                queue.plot([p["t"] for p in points], [p["running"] for p in points], label=label)
+            usage.set_ylabel("KV cache usage")
+            queue.set_ylabel("running requests")
+            queue.set_xlabel("seconds into the run")
+            usage.legend(fontsize="x-small")
+
+        plots["server"] = timeline
+    return write_report(out_dir, name, report, to_markdown(report), plots)
