@@ -3,6 +3,7 @@ a report as JSON + Markdown + PNG plots into one folder."""
 
 import hashlib
 import json
+import math
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +60,21 @@ def run_metadata(**fields: Any) -> dict[str, Any]:
     }
 
 
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null, so the report is strict JSON (jq, JavaScript)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(report: dict, indent: int | None = None) -> str:
+    return json.dumps(_finite(report), indent=indent, default=str, allow_nan=False)
+
+
 def fmt(value: object) -> str:
     if isinstance(value, float):
         return "n/a" if value != value else f"{value:.3f}"
@@ -86,7 +102,7 @@ def write_report(
     """Write NAME.json, NAME.md and NAME-<plot>.png; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.json", out_dir / f"{name}.md"]
-    paths[0].write_text(json.dumps(report, indent=2, default=str))
+    paths[0].write_text(to_json(report, indent=2))
     images = []
     if plots:
         import matplotlib

@@ -171,12 +171,12 @@ def _caller(keys: list[str], n: int) -> tuple[str, str]:
 
 def _report(kind: str, meta: dict, runs: list, out: Path, name: str, as_json: bool) -> None:
     from ragserve.bench.serve import to_markdown, write
-    from ragserve.reports import run_metadata
+    from ragserve.reports import run_metadata, to_json
 
     report = {"meta": run_metadata(title=kind, **meta), "runs": runs}
     paths = write(report, out, name)
     if as_json:
-        print(json.dumps(report, default=str))
+        print(to_json(report))
     else:
         Console().print(Markdown(to_markdown(report).split("\n## Run")[0]))
         Console(stderr=True).print("reports: " + ", ".join(str(p) for p in paths))

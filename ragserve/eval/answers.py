@@ -11,6 +11,7 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
+from pathlib import Path
 
 from ragserve.engine.outputs import CompletionOutput
 from ragserve.engine.sampling_params import SamplingParams
@@ -204,7 +205,7 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write(report: dict, out_dir) -> list:
+def write(report: dict, out_dir: Path) -> list[Path]:
     def outcomes(figure) -> None:
         axes = figure.subplots()
         names = [

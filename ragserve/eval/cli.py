@@ -1,7 +1,6 @@
 """`ragserve eval ...` commands: each writes JSON, Markdown and PNG reports and prints a summary
 (or the JSON report with --json)."""
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -9,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
+
+from ragserve.reports import to_json
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of retrieval, answers and safety.")
 console = Console(stderr=True)
@@ -27,10 +28,16 @@ OutOption = Annotated[Path, typer.Option(help="Report folder.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the JSON report.")]
 
 
-def _settings(config: Path | None, **overrides: object):
+def _settings(config: Path | None):
+    from pydantic import ValidationError
+
     from ragserve.server.settings import ServerSettings
 
-    return ServerSettings.load(config, **overrides)
+    try:
+        return ServerSettings.load(config)
+    except (FileNotFoundError, ValidationError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
 
 
 def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index: bool = True):
@@ -55,7 +62,7 @@ def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index:
 
 def _finish(report: dict, markdown: str, paths: list[Path], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(report, default=str))
+        print(to_json(report))
     else:
         Console().print(Markdown(markdown.split("\n## Run")[0]))
     console.print("reports: " + ", ".join(str(p) for p in paths))

@@ -44,8 +44,9 @@ class EvalContext:
     ) -> "EvalContext":
         items = load_dataset(dataset)
         full = load_corpus(corpus)
-        gold = {i.qid: full.resolve(i.gold_doc) for i in items if i.gold_doc}
-        missing = [qid for qid, doc_id in gold.items() if doc_id is None]
+        resolved = {i.qid: full.resolve(i.gold_doc) for i in items if i.gold_doc}
+        gold = {qid: doc_id for qid, doc_id in resolved.items() if doc_id is not None}
+        missing = [qid for qid in resolved if qid not in gold]
         if missing:
             raise CorpusError(
                 f"{len(missing)} gold documents are not in corpus {corpus} "
@@ -53,7 +54,7 @@ class EvalContext:
             )
         chosen = full.subset(corpus_limit, set(gold.values()))
         embedder = Embedder(settings.embedding_model)
-        return cls(settings, dataset, items, chosen, embedder, gold, progress)  # type: ignore[arg-type]
+        return cls(settings, dataset, items, chosen, embedder, gold, progress)
 
     @property
     def index_settings(self) -> IndexSettings:

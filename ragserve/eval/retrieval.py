@@ -4,6 +4,7 @@ their best chunk; only answerable questions have a gold document."""
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 from ragserve.eval.context import EvalContext
 from ragserve.eval.index import everything
@@ -109,7 +110,7 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write(report: dict, out_dir) -> list:
+def write(report: dict, out_dir: Path) -> list[Path]:
     def bars(figure) -> None:
         axes = figure.subplots()
         methods = list(report["methods"])
