@@ -1,7 +1,8 @@
 """KV block accounting: block tables, reference counts and the automatic prefix cache.
 
-A full block is published under a chained hash (parent hash, token ids, cache salt) once its keys
-and values have been computed, never before, so a request can only hit blocks that hold data.
+A full block is published under a chained hash (parent hash, token ids, and the salts the
+sequence's CacheSalt puts on that block) once its keys and values have been computed, never
+before, so a request can only hit blocks that hold data.
 Blocks whose reference count drops to zero keep their hash and stay reusable until the LRU
 free list hands them out again.
 """
@@ -26,8 +27,10 @@ def root_hash(cache_salt: str) -> bytes:
     return hashlib.sha256(b"ragserve-prefix\0" + cache_salt.encode()).digest()
 
 
-def chain_hash(parent: bytes, token_ids: list[int]) -> bytes:
-    return hashlib.sha256(parent + np.asarray(token_ids, dtype=np.int64).tobytes()).digest()
+def chain_hash(parent: bytes, token_ids: list[int], salt: str = "") -> bytes:
+    # A full block's token bytes have a fixed length, so the salt after them is unambiguous.
+    tokens = np.asarray(token_ids, dtype=np.int64).tobytes()
+    return hashlib.sha256(parent + tokens + salt.encode()).digest()
 
 
 class BlockManager:
@@ -57,8 +60,9 @@ class BlockManager:
         hashes = seq.block_hashes
         while len(hashes) < num_blocks:
             i = len(hashes)
-            parent = hashes[-1] if hashes else root_hash(seq.cache_salt)
-            hashes.append(chain_hash(parent, seq.token_ids[i * size : (i + 1) * size]))
+            parent = hashes[-1] if hashes else root_hash(seq.cache_salt.base)
+            tokens = seq.token_ids[i * size : (i + 1) * size]
+            hashes.append(chain_hash(parent, tokens, seq.cache_salt.for_block(i, size)))
         return hashes[:num_blocks]
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from ragserve.engine.block_manager import BlockManager
+from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.detokenizer import IncrementalDetokenizer
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError
@@ -141,10 +142,11 @@ class LLMEngine:
         params: SamplingParams,
         request_id: str | None = None,
         user: str = "default",
-        cache_salt: str = "",
+        cache_salt: str | CacheSalt = "",
         priority: int = 0,
     ) -> str:
-        """Validate and queue a request; raises InvalidRequestError or EngineOverloadedError."""
+        """Validate and queue a request; raises InvalidRequestError or EngineOverloadedError.
+        A string cache_salt is the namespace of the whole prompt (see CacheSalt)."""
         if isinstance(prompt, str):
             text: str | None = prompt
             token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
@@ -163,7 +165,7 @@ class LLMEngine:
             params=params,
             max_tokens=max_tokens,
             user=user,
-            cache_salt=cache_salt,
+            cache_salt=CacheSalt(cache_salt) if isinstance(cache_salt, str) else cache_salt,
             priority=priority,
         )
         if params.seed is not None:

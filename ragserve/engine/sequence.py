@@ -6,6 +6,7 @@ from enum import Enum
 
 import torch
 
+from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.sampling_params import SamplingParams
 
 
@@ -22,7 +23,7 @@ class Sequence:
     params: SamplingParams
     max_tokens: int
     user: str = "default"
-    cache_salt: str = ""
+    cache_salt: CacheSalt = field(default_factory=CacheSalt)
     priority: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     token_ids: list[int] = field(init=False)

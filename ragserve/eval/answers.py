@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.cache_salt import Narrowing
+from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.eval.context import EvalContext
 from ragserve.eval.dataset import QAItem
@@ -53,11 +54,11 @@ async def answer_one(
     raw = [""]
 
     async def recording(
-        token_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[CompletionOutput]:
-        async for completion in generate(token_ids, params):
-            raw[0] = completion.text
-            yield completion
+        token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+    ) -> AsyncIterator[RequestOutput]:
+        async for output in generate(token_ids, params, narrowing):
+            raw[0] = output.outputs[0].text
+            yield output
 
     result = None
     async for event in service.answer(access, question, recording):

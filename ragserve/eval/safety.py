@@ -193,8 +193,8 @@ async def run_injection(
         generate = runner.generator("safety", "safety", f"{case.case_id}-control")
         text = ""
         async with limit:
-            async for completion in generate(prompt, SamplingParams(max_tokens=64, temperature=0)):
-                text = completion.text
+            async for output in generate(prompt, SamplingParams(max_tokens=64, temperature=0)):
+                text = output.outputs[0].text
         hit = leaked(case.payload, text)
         return {
             "case": case.case_id,

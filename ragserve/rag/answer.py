@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import AccessFilter, ScoredChunk
@@ -130,7 +131,7 @@ class AnswerResult:
     answer: str
     refused: bool
     citations: list[Citation] = field(default_factory=list)
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -288,14 +289,16 @@ class AnswerService:
             yield AnswerEvent(REFUSAL, AnswerResult(REFUSAL, True, timings=timings))
             return
         prompt = await asyncio.to_thread(self.builder.build, question, chunks)
-        text, token_ids, first_token = "", [], None
+        text, token_ids, first_token, cached_tokens = "", [], None, 0
         params = SamplingParams(max_tokens=self.settings.max_tokens, temperature=0)
-        async for completion in generate(prompt.token_ids, params):
+        async for output in generate(prompt.token_ids, params, prompt.narrowing):
+            completion = output.outputs[0]
             if first_token is None and completion.token_ids:
                 first_token = time.perf_counter()
             if len(completion.text) > len(text):
                 yield AnswerEvent(completion.text[len(text) :])
             text, token_ids = completion.text, completion.token_ids
+            cached_tokens = output.num_cached_tokens
         generated = time.perf_counter()
         result = self._finish(text, question, prompt)
         checked = time.perf_counter()
@@ -303,6 +306,7 @@ class AnswerService:
             "prompt_tokens": len(prompt.token_ids),
             "completion_tokens": len(token_ids),
             "total_tokens": len(prompt.token_ids) + len(token_ids),
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
         }
         result.timings = timings | {
             "prompt_tokens": len(prompt.token_ids),

@@ -1,7 +1,9 @@
 """What the store holds: documents with their ACL, and chunks with spans and embeddings."""
 
 import hashlib
+import json
 import re
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +60,13 @@ class DocumentRecord:
         self.num_chunks = len(chunks)
         for chunk in chunks:
             chunk.chunk_id = chunk_id(self.tenant, self.doc_id, self.version, chunk.index)
+
+    def readers_digest(self) -> str:
+        """Names who may read this document (tenant, owner, ACL): two documents with the same
+        digest have the same readers. It salts the prefix cache for prompts that carry the
+        document's text, so it changes whenever the ACL does."""
+        readers = [self.tenant, self.owner, list(self.acl.users), list(self.acl.groups)]
+        return hashlib.sha256(json.dumps(readers).encode()).hexdigest()[:32]
 
     def columns(self) -> tuple[Any, ...]:
         """The stored columns, in the stores' INSERT order."""
@@ -116,6 +125,14 @@ class ScoredChunk:
     end: int
     text: str
     score: float
+    # The document's readers_digest, attached by retrieval for prompts that carry the text.
+    readers: str = ""
+
+
+def evidence_salt(chunk: ScoredChunk) -> str:
+    """The prefix-cache salt for a prompt carrying the chunk's text: its readers, or, when they
+    are unknown, a salt nobody else gets (fail closed)."""
+    return chunk.readers or "unshared:" + secrets.token_hex(16)
 
 
 def content_hash(text: str) -> str:

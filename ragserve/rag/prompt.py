@@ -8,11 +8,13 @@ whole or not at all, within a token budget counted with the served model's own t
 finished prompt never exceeds max_model_len minus the output reserve.
 """
 
+import bisect
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from ragserve.rag.documents import ScoredChunk
+from ragserve.engine.cache_salt import Narrowing
+from ragserve.rag.documents import ScoredChunk, evidence_salt
 
 TEMPLATE_VERSION = "rag-prompt-v2"
 REFUSAL = "I could not find this in the documents you can access."
@@ -41,6 +43,8 @@ class BuiltPrompt:
     text: str
     token_ids: list[int]
     sources: list[PromptSource]
+    # Where each source's text starts, under who may read it: the prefix cache's narrowing.
+    narrowing: Narrowing = ()
     template_version: str = TEMPLATE_VERSION
 
 
@@ -100,12 +104,30 @@ class PromptBuilder:
             blocks.append(block)
             sources.append(PromptSource(len(sources) + 1, chunk))
             used += cost
-        text = self._render(question, blocks)
-        token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+        text, token_ids, offsets = self._encode(question, blocks)
         # Token counts of parts can differ from the whole by a merge at a seam: check the whole.
         while len(token_ids) > self.limit and sources:
             sources.pop()
             blocks.pop()
-            text = self._render(question, blocks)
-            token_ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return BuiltPrompt(text, token_ids, sources)
+            text, token_ids, offsets = self._encode(question, blocks)
+        return BuiltPrompt(text, token_ids, sources, _narrowing(text, offsets, blocks, sources))
+
+    def _encode(self, question: str, blocks: list[str]) -> tuple[str, list[int], list[int]]:
+        """The rendered prompt, its token ids, and where each token ends in the text."""
+        text = self._render(question, blocks)
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return text, encoded["input_ids"], [end for _, end in encoded["offset_mapping"]]
+
+
+def _narrowing(
+    text: str, token_ends: list[int], blocks: list[str], sources: list[PromptSource]
+) -> Narrowing:
+    """Each source block's first token (the one holding its first character, so a token
+    merged across the seam counts as the source's), with the source's salt."""
+    narrowing = []
+    position = 0
+    for block, source in zip(blocks, sources, strict=True):
+        position = text.index(block, position)
+        first_token = bisect.bisect_right(token_ends, position)
+        narrowing.append((first_token, evidence_salt(source.chunk)))
+    return tuple(narrowing)

@@ -10,18 +10,27 @@
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.cache_salt import Narrowing
+from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
-from ragserve.rag.documents import ScoredChunk
+from ragserve.rag.documents import ScoredChunk, evidence_salt
 
-# Runs a prompt (token ids) on the served model, yielding the completion so far.
-Generate = Callable[[list[int], SamplingParams], AsyncIterator[CompletionOutput]]
+
+class Generate(Protocol):
+    def __call__(
+        self, token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+    ) -> AsyncIterator[RequestOutput]:
+        """Run a prompt (token ids) on the served model, yielding the request's output so far.
+        `narrowing` names where restricted text starts and who may read it (CacheSalt), so
+        its KV blocks are shared only with callers that may read it too."""
+        ...
+
 
 JUDGE_PROMPT = (
     "Passage:\n{passage}\n\nQuestion: {question}\n"
@@ -70,8 +79,9 @@ class LLMReranker:
 
     async def _score(self, question: str, chunk: ScoredChunk, generate: Generate) -> float:
         last = None
-        async for completion in generate(self.prompt(question, chunk), self.params):
-            last = completion
+        narrowing = ((0, evidence_salt(chunk)),)
+        async for output in generate(self.prompt(question, chunk), self.params, narrowing):
+            last = output.outputs[0]
         top = (last.logprobs or [{}])[0] if last is not None else {}
         yes = sum(math.exp(v) for t, v in top.items() if t in self.yes_ids)
         no = sum(math.exp(v) for t, v in top.items() if t in self.no_ids)

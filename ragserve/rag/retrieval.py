@@ -4,7 +4,7 @@ The access filter is the reader's, built from the authenticated principal by the
 applied by the store inside both queries. Nothing a request carries can replace it.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.embeddings import Embedder
@@ -57,11 +57,20 @@ class Retriever:
         return self.store.vector_search(access, vector, k)
 
     def retrieve(self, access: AccessFilter, query: str, k: int | None = None) -> Retrieval:
+        """The top k permitted chunks, each with its document's readers_digest: looked up after
+        the search, so a document whose ACL changed since is salted by its new readers, and
+        one the reader lost in between is dropped."""
         k = k or self.settings.top_k
         n = max(self.settings.candidates, k)
         dense = self.dense(access, query, n)
         fused = reciprocal_rank_fusion([self.keyword(access, query, n), dense], self.settings.rrf_k)
-        return Retrieval(fused[:k], dense[0].score if dense else 0.0)
+        readers: dict[str, str] = {}
+        for doc_id in dict.fromkeys(c.doc_id for c in fused[:k]):
+            document = self.store.get_document(access, doc_id)
+            if document is not None:
+                readers[doc_id] = document.readers_digest()
+        chunks = [replace(c, readers=readers[c.doc_id]) for c in fused[:k] if c.doc_id in readers]
+        return Retrieval(chunks, dense[0].score if dense else 0.0)
 
     def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
         return self.retrieve(access, query, k).chunks

@@ -13,8 +13,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragserve.engine.cache_salt import CacheSalt, Narrowing
 from ragserve.engine.errors import EngineError, EngineOverloadedError
-from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
 from ragserve.rag.prompt import TEMPLATE_VERSION
@@ -35,16 +36,21 @@ class AnswerRequest(BaseModel):
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
-    """Generation on the served model for this principal (its tenant salts the prefix cache).
+    """Generation on the served model for this principal. Its tenant salts the prefix cache, and
+    the prompt's narrowing (who may read each source) salts the blocks from the first source on.
     One answer may run several prompts (a reranker's, then the answer's)."""
     counter = itertools.count()
 
     async def generate(
-        token_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[CompletionOutput]:
+        token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+    ) -> AsyncIterator[RequestOutput]:
         try:
             stream = state.async_engine.add_request(
-                token_ids, params, f"{request_id}-{next(counter)}", who.user, who.tenant
+                token_ids,
+                params,
+                f"{request_id}-{next(counter)}",
+                who.user,
+                CacheSalt(who.tenant, narrowing),
             )
         except EngineOverloadedError as error:
             state.metrics.requests_rejected.labels(reason="queue_full").inc()
@@ -56,7 +62,7 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
         output = None
         try:
             async for output in stream:
-                yield output.outputs[0]
+                yield output
         finally:
             stream.close()
             if output is not None and output.finished:

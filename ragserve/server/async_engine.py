@@ -11,8 +11,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
+from ragserve.engine.cache_salt import CacheSalt, Narrowing
 from ragserve.engine.engine import LLMEngine
-from ragserve.engine.outputs import CompletionOutput, RequestOutput
+from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class AsyncEngine:
         params: SamplingParams,
         request_id: str,
         user: str,
-        cache_salt: str,
+        cache_salt: str | CacheSalt,
         priority: int = 0,
     ) -> RequestStream:
         """Queue a request; raises the engine's validation and overload errors at once."""
@@ -103,18 +104,19 @@ class AsyncEngine:
 
     def generator(
         self, user: str, tenant: str, prefix: str
-    ) -> Callable[[list[int], SamplingParams], AsyncIterator[CompletionOutput]]:
+    ) -> Callable[[list[int], SamplingParams, Narrowing], AsyncIterator[RequestOutput]]:
         """Generation for local callers (CLI, evaluation) as one principal: each call streams a
         prompt's completion, and closing the stream aborts it."""
         counter = itertools.count()
 
         async def generate(
-            token_ids: list[int], params: SamplingParams
-        ) -> AsyncIterator[CompletionOutput]:
-            stream = self.add_request(token_ids, params, f"{prefix}-{next(counter)}", user, tenant)
+            token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+        ) -> AsyncIterator[RequestOutput]:
+            salt = CacheSalt(tenant, narrowing)
+            stream = self.add_request(token_ids, params, f"{prefix}-{next(counter)}", user, salt)
             try:
                 async for output in stream:
-                    yield output.outputs[0]
+                    yield output
             finally:
                 stream.close()
 

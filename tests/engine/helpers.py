@@ -1,6 +1,7 @@
 """Scheduler-level test helpers: sequences and a scheduler without a model."""
 
 from ragserve.engine.block_manager import BlockManager
+from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.scheduler import Scheduler
@@ -12,7 +13,7 @@ def make_seq(
     tokens: list[int],
     max_tokens: int = 16,
     user: str = "default",
-    salt: str = "",
+    salt: str | CacheSalt = "",
     priority: int = 0,
     arrival: float = 0.0,
 ) -> Sequence:
@@ -22,7 +23,7 @@ def make_seq(
         params=SamplingParams(max_tokens=max_tokens, temperature=0),
         max_tokens=max_tokens,
         user=user,
-        cache_salt=salt,
+        cache_salt=CacheSalt(salt) if isinstance(salt, str) else salt,
         priority=priority,
         arrival_time=arrival,
     )

@@ -1,4 +1,5 @@
 from ragserve.engine.block_manager import BlockManager
+from ragserve.engine.cache_salt import CacheSalt
 from tests.engine.helpers import make_seq
 
 
@@ -37,6 +38,34 @@ def test_prefix_hit_shares_blocks_within_a_salt_only():
     manager.allocate(other_tenant)
     assert other_tenant.num_cached_tokens == 0
     assert not set(other_tenant.block_table) & set(first.block_table)
+
+
+def test_narrowed_salt_shares_only_the_blocks_before_the_evidence():
+    manager = BlockManager(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    system = list(range(100, 108))  # two blocks of shared instructions
+    evidence = list(range(200, 212))  # restricted text from token 8 on
+    tokens = [*system, *evidence, 1, 2]
+    secret = CacheSalt("tenant", ((8, "readers-of-memo"),))
+    first = make_seq("a", tokens, salt=secret)
+    manager.allocate(first)
+    computed(manager, first)
+    # The same tokens as a plain prompt of the tenant: only the shared instructions match.
+    guess = make_seq("b", tokens, salt="tenant")
+    manager.allocate(guess)
+    assert guess.num_cached_tokens == 8
+    # Another caller given the same evidence under the same salts shares all of it.
+    same_access = make_seq("c", tokens, salt=secret)
+    manager.allocate(same_access)
+    assert same_access.num_cached_tokens == 20
+    # Once the readers change (an ACL edit), the salt does, and the old blocks are out of reach.
+    changed = make_seq("d", tokens, salt=CacheSalt("tenant", ((8, "new-readers"),)))
+    manager.allocate(changed)
+    assert changed.num_cached_tokens == 8
+
+
+def test_a_narrowing_inside_a_block_salts_that_block():
+    salt = CacheSalt("t", ((5, "x"), (9, "y")))
+    assert [salt.for_block(i, 4) for i in range(4)] == ["", "x", "x\0y", "x\0y"]
 
 
 def test_blocks_are_published_only_once_computed():

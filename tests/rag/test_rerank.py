@@ -1,7 +1,7 @@
 import asyncio
 import math
 
-from ragserve.engine.outputs import CompletionOutput
+from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.rerank import LLMReranker
 
@@ -11,20 +11,27 @@ def test_llm_reranker_orders_by_the_models_yes_probability(llm_fp32):
     reranker = LLMReranker(tokenizer)
     yes, no = min(reranker.yes_ids), min(reranker.no_ids)
     chunks = [
-        ScoredChunk(f"c{i}", f"d{i}", "t", "s", 0, 0, 10, text, 1.0 - i / 10)
+        ScoredChunk(f"c{i}", f"d{i}", "t", "s", 0, 0, 10, text, 1.0 - i / 10, f"readers-{i}")
         for i, text in enumerate(["Paris is in Italy.", "Paris is the capital of France."])
     ]
+    salts = set()
 
-    async def generate(token_ids, params):
+    async def generate(token_ids, params, narrowing=()):
+        salts.add(narrowing)
         prompt = tokenizer.decode(token_ids)
         p_yes = 0.9 if "Paris is the capital" in prompt else 0.2
-        yield CompletionOutput(
+        completion = CompletionOutput(
             0, "", [yes], "length", logprobs=[{yes: math.log(p_yes), no: math.log(1 - p_yes)}]
+        )
+        yield RequestOutput(
+            "r", None, token_ids, [completion], True, 0, RequestMetrics(0, *[None] * 3)
         )
 
     ranked = asyncio.run(reranker.rerank("What is the capital of France?", chunks, generate))
     assert [c.chunk_id for c in ranked] == ["c1", "c0"]
     assert ranked[0].score == 0.9 and abs(ranked[1].score - 0.2) < 1e-9
+    # Each judge prompt carries a passage, so its KV blocks are salted by the passage's readers.
+    assert salts == {((0, "readers-0"),), ((0, "readers-1"),)}
 
 
 def test_cross_encoder_reranker_loads_a_folder_and_orders_by_its_scores(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from ragserve.rag.prompt import DATAMARK, REFUSAL
 from ragserve.server.auth import Role
+from tests.server.test_api import _metric
 
 MODEL = "smollm2-135m-instruct"
 PUBLIC = {
@@ -223,3 +224,32 @@ def test_rag_model_streams_through_the_openai_client(server, rag):
     answer, _ = ask(server, rag["board"], question)
     assert text == answer["answer"]
     assert [c["doc_id"] for c in citations] == [c["doc_id"] for c in answer["citations"]]
+
+
+def test_response_cache_keeps_answers_within_their_readers(server, rag):
+    hits = "ragserve:response_cache_hits_total"
+    doc = _post(
+        server,
+        rag["writer"],
+        {
+            "text": "The vault code of the Harbour office is 4417.",
+            "title": "Vault",
+            "acl": {"groups": ["board"]},
+        },
+    )
+    question = "What is the vault code of the Harbour office?"
+    before = _metric(server, hits)
+    first, _ = ask(server, rag["board"], question)
+    again, _ = ask(server, rag["board"], question)
+    assert _metric(server, hits) == before + 1 and again == first
+    # The same question from someone outside the readers is never answered from that entry.
+    _, raw = ask(server, rag["staff"], question)
+    assert _metric(server, hits) == before + 1
+    assert "4417" not in raw and doc not in raw
+    # Any ACL change moves the index version: the entry is unreachable for everyone.
+    headers = {"Authorization": f"Bearer {rag['writer']}"}
+    httpx.put(
+        server.url + f"/v1/documents/{doc}/acl", json={"groups": ["board"]}, headers=headers
+    ).raise_for_status()
+    ask(server, rag["board"], question)
+    assert _metric(server, hits) == before + 1
