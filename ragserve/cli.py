@@ -18,7 +18,7 @@ from ragserve.server.auth import KeyStore, Role
 
 if TYPE_CHECKING:
     from ragserve.rag.answer import AnswerResult
-    from ragserve.rag.documents import AccessFilter
+    from ragserve.rag.documents import AccessFilter, Acl
     from ragserve.rag.store import Store
     from ragserve.server.settings import ServerSettings
 
@@ -194,6 +194,27 @@ StoreOption = Annotated[
     str | None, typer.Option("--store", help="Store URL (default: data_dir/index.sqlite).")
 ]
 TenantOption = Annotated[str, typer.Option(help="The tenant the documents belong to.")]
+GRANT_HELP = "NAME or NAME:read|write|manage (read when no level is given); repeatable."
+GrantOption = Annotated[list[str] | None, typer.Option(help=f"A user granted access: {GRANT_HELP}")]
+GroupGrantOption = Annotated[
+    list[str] | None, typer.Option(help=f"A group granted access: {GRANT_HELP}")
+]
+
+
+def _acl(users: list[str] | None, groups: list[str] | None) -> "Acl":
+    """An ACL from NAME[:LEVEL] options; a bad level is a usage error."""
+    from ragserve.rag.documents import Acl, Permission
+
+    def grants(values: list[str] | None) -> dict[str, Permission]:
+        parsed = {}
+        for value in values or []:
+            name, _, level = value.rpartition(":")
+            if not name or level.upper() not in Permission.__members__:
+                name, level = value, "read"
+            parsed[name] = Permission.parse(level)
+        return parsed
+
+    return Acl.of(grants(users), grants(groups))
 
 
 def _rag_settings(
@@ -207,10 +228,8 @@ def _rag_settings(
 @app.command()
 def ingest(
     paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders.")] = None,
-    user: Annotated[list[str] | None, typer.Option(help="A user who may read; repeatable.")] = None,
-    group: Annotated[
-        list[str] | None, typer.Option(help="A group that may read; repeatable.")
-    ] = None,
+    user: GrantOption = None,
+    group: GroupGrantOption = None,
     tenant: TenantOption = "default",
     owner: Annotated[str, typer.Option(help="The owner (always may read).")] = "admin",
     wiki: Annotated[bool, typer.Option(help="Ingest the bundled Wikipedia corpus.")] = False,
@@ -222,7 +241,6 @@ def ingest(
 ) -> None:
     """Parse, chunk, embed and index documents with an ACL (users and groups)."""
     from ragserve.rag.corpus import load_wiki, wiki_sources
-    from ragserve.rag.documents import Acl
     from ragserve.rag.embeddings import Embedder
     from ragserve.rag.ingest import Ingestor, read_sources
     from ragserve.rag.store import open_store
@@ -237,7 +255,7 @@ def ingest(
     items = list(read_sources(paths or []))
     if wiki:
         items += list(wiki_sources(load_wiki(limit=wiki_limit)))
-    acl = Acl.of(user, group)
+    acl = _acl(user, group)
     with Progress(console=console, disable=as_json, transient=True) as progress:
         task = progress.add_task("ingesting", total=len(items))
         results = ingestor.ingest_many(
@@ -279,11 +297,11 @@ def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _print_documents(documents: list, as_json: bool) -> None:
+def _print_documents(documents: list, access: "AccessFilter", as_json: bool) -> None:
     from ragserve.server.documents import document_json
 
     if as_json:
-        print(json.dumps([document_json(d) for d in documents]))
+        print(json.dumps([document_json(d, access) for d in documents]))
         return
     table = Table("id", "title", "source", "owner", "users", "groups", "chunks", "version")
     for d in documents:
@@ -292,8 +310,8 @@ def _print_documents(documents: list, as_json: bool) -> None:
             d.title[:40],
             d.source[-40:],
             d.owner,
-            ",".join(d.acl.users),
-            ",".join(d.acl.groups),
+            ",".join(f"{name}:{level.label}" for name, level in d.acl.users),
+            ",".join(f"{name}:{level.label}" for name, level in d.acl.groups),
             str(d.num_chunks),
             str(d.version),
         )
@@ -310,7 +328,7 @@ def docs_list(
 ) -> None:
     """List the tenant's documents with their ACLs."""
     index, access = _operator(tenant, data_dir, config, store)
-    _print_documents(index.list_documents(access), as_json)
+    _print_documents(index.list_documents(access), access, as_json)
 
 
 @docs_app.command("show")
@@ -327,7 +345,7 @@ def docs_show(
     document = index.get_document(access, doc_id)
     if document is None:
         raise _no_document(doc_id, tenant)
-    _print_documents([document], as_json)
+    _print_documents([document], access, as_json)
 
 
 @docs_app.command("delete")
@@ -353,10 +371,8 @@ def docs_delete(
 @docs_app.command("acl")
 def docs_acl(
     doc_id: str,
-    user: Annotated[list[str] | None, typer.Option(help="A user who may read; repeatable.")] = None,
-    group: Annotated[
-        list[str] | None, typer.Option(help="A group that may read; repeatable.")
-    ] = None,
+    user: GrantOption = None,
+    group: GroupGrantOption = None,
     tenant: TenantOption = "default",
     store: StoreOption = None,
     data_dir: DataDirOption = None,
@@ -364,12 +380,10 @@ def docs_acl(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replace a document's ACL (the users and groups given; none: owner only)."""
-    from ragserve.rag.documents import Acl
-
     index, access = _operator(tenant, data_dir, config, store)
-    if not index.set_acl(access, doc_id, Acl.of(user, group)):
+    if not index.set_acl(access, doc_id, _acl(user, group)):
         raise _no_document(doc_id, tenant)
-    _print_documents([index.get_document(access, doc_id)], as_json)
+    _print_documents([index.get_document(access, doc_id)], access, as_json)
 
 
 @app.command()

@@ -38,8 +38,23 @@ def test_ingest_and_docs_commands(tmp_path):
     assert [d["title"] for d in listed] == ["Bees"]
     doc_id = listed[0]["id"]
     assert run_cli("docs", "list", "--tenant", "other", *data, "--json").stdout.strip() == "[]"
-    changed = run_cli("docs", "acl", doc_id, "--user", "ann", "--tenant", "acme", *data, "--json")
-    assert json.loads(changed.stdout)[0]["acl"] == {"users": ["ann"], "groups": []}
+    changed = run_cli(
+        "docs",
+        "acl",
+        doc_id,
+        "--user",
+        "ann",
+        "--group",
+        "ops:write",
+        "--tenant",
+        "acme",
+        *data,
+        "--json",
+    )
+    assert json.loads(changed.stdout)[0]["acl"] == {
+        "users": {"ann": "read"},
+        "groups": {"ops": "write"},
+    }
     deleted = run_cli("docs", "delete", doc_id, "--tenant", "acme", *data, "--json")
     assert json.loads(deleted.stdout) == {"id": doc_id, "deleted": True}
     assert run_cli("docs", "show", doc_id, "--tenant", "acme", *data).returncode == 1

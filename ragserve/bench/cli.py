@@ -325,3 +325,47 @@ def rag(
     )
     meta = {"url": url, "workload": workload_text, "seed": seed}
     _report("RAG answer benchmark", meta, runs, out, name, as_json)
+
+
+@bench_app.command("cache-oracle")
+def cache_oracle(
+    url: UrlOption,
+    admin_key: Annotated[str, typer.Option(help="A key that may add and delete documents.")],
+    reader_key: Annotated[str, typer.Option(help="A key in the restricted group.")],
+    outsider_key: Annotated[str, typer.Option(help="A key of the same tenant, outside it.")],
+    restricted_group: str = "board",
+    trials: int = 100,
+    model: Annotated[str, typer.Option(help="The served model (for its tokenizer).")] = (
+        DEFAULT_MODEL
+    ),
+    answer_max_tokens: Annotated[int, typer.Option(help="The server's setting.")] = 160,
+    evidence_budget: Annotated[int, typer.Option(help="The server's setting.")] = 1200,
+    datamark: Annotated[bool, typer.Option(help="The server's setting.")] = True,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Can a caller confirm a guess at a document it may not read, through the prefix cache
+    (cached tokens, time to first token)? See ragserve/bench/oracle.py."""
+    from ragserve.bench.oracle import Oracle, OracleSettings, to_markdown
+    from ragserve.reports import write_report
+
+    settings = OracleSettings(
+        url,
+        admin_key,
+        reader_key,
+        outsider_key,
+        restricted_group,
+        model,
+        answer_max_tokens,
+        evidence_budget,
+        datamark,
+        trials,
+        seed,
+    )
+    report = Oracle(settings).run()
+    write_report(out, "cache-oracle", report, to_markdown(report))
+    if as_json:
+        print(json.dumps(report))
+    else:
+        Console().print(Markdown(to_markdown(report)))

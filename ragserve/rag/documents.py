@@ -5,23 +5,89 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Acl:
-    """Who may read a document besides its owner. Empty means the owner alone (fail closed)."""
+class Permission(IntEnum):
+    """What an ACL entry grants; each level includes the ones below it."""
 
-    users: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
+    READ = 1
+    WRITE = 2  # re-ingest and delete
+    MANAGE = 3  # change the ACL
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
 
     @classmethod
-    def of(cls, users: list[str] | None = None, groups: list[str] | None = None) -> "Acl":
-        return cls(tuple(sorted(set(users or []))), tuple(sorted(set(groups or []))))
+    def parse(cls, label: "str | Permission") -> "Permission":
+        if isinstance(label, Permission):
+            return label
+        try:
+            return cls[label.upper()]
+        except KeyError:
+            raise ValueError(f"unknown permission {label!r}: read, write or manage") from None
+
+
+Grants = Iterable[str] | Mapping[str, "str | Permission"] | None
+
+
+@dataclass(frozen=True)
+class Acl:
+    """Who may do what with a document besides its owner, who may do everything. Entries name
+    users and groups, each with one Permission. Empty means the owner alone (fail closed)."""
+
+    users: tuple[tuple[str, Permission], ...] = ()
+    groups: tuple[tuple[str, Permission], ...] = ()
+
+    @classmethod
+    def of(cls, users: Grants = None, groups: Grants = None) -> "Acl":
+        """From names (read) or {name: permission}."""
+
+        def entries(grants: Grants) -> tuple[tuple[str, Permission], ...]:
+            if isinstance(grants, Mapping):
+                levels = {name: Permission.parse(p) for name, p in grants.items()}
+            else:
+                levels = dict.fromkeys(grants or (), Permission.READ)
+            return tuple(sorted(levels.items()))
+
+        return cls(entries(users), entries(groups))
+
+    @classmethod
+    def from_entries(cls, rows: Iterable[Sequence[Any]]) -> "Acl":
+        """From (kind, name, permission) rows, as the stores keep them."""
+        rows = list(rows)
+        return cls.of(
+            {name: level for kind, name, level in rows if kind == "user"},
+            {name: level for kind, name, level in rows if kind == "group"},
+        )
+
+    def entries(self) -> list[tuple[str, str, str]]:
+        """(kind, name, permission) rows, as the stores keep them."""
+        return [("user", name, p.label) for name, p in self.users] + [
+            ("group", name, p.label) for name, p in self.groups
+        ]
+
+    def reader_names(self) -> tuple[list[str], list[str]]:
+        """Users and groups that may read: every entry, whatever its level."""
+        return [name for name, _ in self.users], [name for name, _ in self.groups]
+
+    def permission_of(self, user: str, groups: Iterable[str]) -> Permission | None:
+        member = set(groups)
+        levels = [p for name, p in self.users if name == user]
+        levels += [p for name, p in self.groups if name in member]
+        return max(levels, default=None)
+
+    def as_json(self) -> dict[str, dict[str, str]]:
+        return {
+            "users": {name: p.label for name, p in self.users},
+            "groups": {name: p.label for name, p in self.groups},
+        }
 
 
 @dataclass(frozen=True)
@@ -29,13 +95,22 @@ class AccessFilter:
     """The reader a store query is run for; every read takes one, so none can skip the ACL.
 
     Visible: documents of the tenant that the user owns, or whose ACL names the user or one of
-    the groups. `everything` (tenant administrators and the local operator) sees the whole
-    tenant."""
+    the groups (at any level). `everything` (tenant administrators and the local operator) sees
+    the whole tenant."""
 
     tenant: str
     user: str
     groups: tuple[str, ...] = ()
     everything: bool = False
+
+    def permission_on(self, document: "DocumentRecord") -> Permission | None:
+        """What this reader may do with a document: everything as its owner or a tenant
+        administrator, else the highest level its user or groups are granted."""
+        if document.tenant != self.tenant:
+            return None
+        if self.everything or document.owner == self.user:
+            return Permission.MANAGE
+        return document.acl.permission_of(self.user, self.groups)
 
 
 @dataclass
@@ -51,6 +126,9 @@ class DocumentRecord:
     ingested_at: float = 0.0
     num_chunks: int = 0
     text_length: int = 0
+    # On a write: leave the stored ACL as it is instead of writing `acl` (a re-ingest by
+    # someone who may write the document but not manage its access).
+    keep_acl: bool = False
 
     def next_version(self, old_version: int, chunks: list["ChunkRecord"]) -> None:
         """Number this write as the version after old_version and name its chunks; both stores
@@ -65,7 +143,7 @@ class DocumentRecord:
         """Names who may read this document (tenant, owner, ACL): two documents with the same
         digest have the same readers. It salts the prefix cache for prompts that carry the
         document's text, so it changes whenever the ACL does."""
-        readers = [self.tenant, self.owner, list(self.acl.users), list(self.acl.groups)]
+        readers = [self.tenant, self.owner, *self.acl.reader_names()]
         return hashlib.sha256(json.dumps(readers).encode()).hexdigest()[:32]
 
     def columns(self) -> tuple[Any, ...]:
@@ -83,14 +161,12 @@ class DocumentRecord:
         )
 
     @classmethod
-    def from_row(cls, row: Sequence[Any], acl_pairs: list[tuple[str, str]]) -> "DocumentRecord":
+    def from_row(cls, row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> "DocumentRecord":
         """From (doc_id, tenant, owner, source, title, content_hash, version, ingested_at,
-        text_length, num_chunks) and (kind, name) ACL pairs, as both stores select them."""
-        acl = Acl.of(
-            [name for kind, name in acl_pairs if kind == "user"],
-            [name for kind, name in acl_pairs if kind == "group"],
-        )
+        text_length, num_chunks) and (kind, name, permission) ACL rows, as both stores select
+        them."""
         doc_id, tenant, owner, source, title, digest, version, ingested_at, length, chunks = row
+        acl = Acl.from_entries(acl_rows)
         return cls(
             doc_id, tenant, owner, source, title, digest, acl, version, ingested_at, chunks, length
         )
@@ -127,6 +203,22 @@ class ScoredChunk:
     score: float
     # The document's readers_digest, attached by retrieval for prompts that carry the text.
     readers: str = ""
+
+
+# Client-chosen document ids live in their owner's namespace: "<owner>~<id>".
+NAMESPACE_SEPARATOR = "~"
+
+
+def scoped_doc_id(owner: str, doc_id: str) -> str:
+    """A client-chosen id as stored: in the owner's namespace unless it names one already."""
+    if NAMESPACE_SEPARATOR in doc_id:
+        return doc_id
+    return f"{owner}{NAMESPACE_SEPARATOR}{doc_id}"
+
+
+def namespace_of(doc_id: str) -> str | None:
+    owner, separator, _ = doc_id.partition(NAMESPACE_SEPARATOR)
+    return owner if separator else None
 
 
 def evidence_salt(chunk: ScoredChunk) -> str:

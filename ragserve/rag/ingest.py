@@ -80,7 +80,11 @@ class Ingestor:
         self.embedder = embedder
         self.chunker = Chunker(embedder.tokenizer.backend_tokenizer, chunk_size, chunk_overlap)
 
-    def ingest(self, item: SourceDocument, tenant: str, owner: str, acl: Acl) -> IngestResult:
+    def ingest(
+        self, item: SourceDocument, tenant: str, owner: str, acl: Acl | None
+    ) -> IngestResult:
+        """Ingest one document; acl None keeps a stored document's ACL (a new one gets the
+        owner alone)."""
         return self.ingest_many([item], tenant, owner, acl)[0]
 
     def ingest_many(
@@ -88,7 +92,7 @@ class Ingestor:
         items: Iterable[SourceDocument],
         tenant: str,
         owner: str,
-        acl: Acl,
+        acl: Acl | None,
         progress: Callable[[IngestResult], None] | None = None,
     ) -> list[IngestResult]:
         """Ingest in batches: the chunks of a batch's documents are embedded together."""
@@ -106,7 +110,7 @@ class Ingestor:
         return results
 
     def _prepare(
-        self, item: SourceDocument, tenant: str, owner: str, acl: Acl
+        self, item: SourceDocument, tenant: str, owner: str, acl: Acl | None
     ) -> "_Prepared | IngestResult":
         if item.error is not None:
             return IngestResult(item.source, error=item.error)
@@ -123,8 +127,9 @@ class Ingestor:
             source=item.source,
             title=parsed.title,
             content_hash=content_hash(parsed.text),
-            acl=acl,
+            acl=acl or Acl(),
             text_length=len(parsed.text),
+            keep_acl=acl is None,
         )
         known = self.store.chunk_embeddings(tenant, doc_id)
         return _Prepared(document, spans, [content_hash(s.text) for s in spans], known)

@@ -7,6 +7,7 @@ request, so a revoked key stops working on the next one.
 
 import hashlib
 import json
+import re
 import secrets
 import sqlite3
 import threading
@@ -16,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 
 KEY_PREFIX = "rsk-"
+USER_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 class Role(StrEnum):
@@ -81,6 +83,9 @@ class KeyStore:
     ) -> tuple[str, KeyRecord]:
         if not user or not tenant:
             raise ValueError("a key needs a user and a tenant")
+        if not USER_NAME.fullmatch(user):
+            # User names prefix document ids ("<user>~<id>"), so they keep to a URL-safe set.
+            raise ValueError(f"user name {user!r}: use letters, digits and . _ @ - (64 at most)")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         now = time.time()
         with self._lock:

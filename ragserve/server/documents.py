@@ -1,35 +1,53 @@
 """Document and search routes. Who may do what:
 
-- anyone with a key reads (lists, fetches, searches) only the documents its ACL admits;
-- a writer (or admin) of the tenant adds documents, and deletes or re-permissions those it can
-  see; a reader gets 403 for those;
-- a document the caller cannot see is 404 whatever the operation, so nothing is learned about it.
+- anyone with a key reads (lists, fetches, searches) only the documents whose ACL admits it;
+- a writer key adds documents (it owns them) and changes others' only as their ACL grants:
+  `write` to re-ingest or delete, `manage` to change the ACL; the owner and admin keys may do
+  all three; a reader key changes nothing; a refusal names the permission that is missing;
+- a document the caller cannot see is 404 whatever the operation, so nothing is learned about it;
+- a client-chosen id lives in the caller's namespace ("<user>~<id>"), so it never collides
+  with an id the caller cannot see: a hidden id and a free one get the same answer.
 """
 
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from ragserve.rag.documents import Acl, DocumentRecord, ScoredChunk
-from ragserve.rag.ingest import SourceDocument
+from ragserve.rag.documents import (
+    AccessFilter,
+    Acl,
+    DocumentRecord,
+    Permission,
+    ScoredChunk,
+    namespace_of,
+    scoped_doc_id,
+)
+from ragserve.rag.ingest import SourceDocument, default_doc_id
 from ragserve.rag.parsers import parse_text
 from ragserve.server.auth import Principal
 from ragserve.server.state import APIError, ServerState, access_for
 
-DOC_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+# An id, optionally in a namespace: "<user>~<id>" (see scoped_doc_id).
+DOC_ID_PATTERN = r"^([A-Za-z0-9._@-]{1,64}~)?[A-Za-z0-9._:-]{1,128}$"
+
+
+PermissionLabel = Literal["read", "write", "manage"]
+Grants = list[str] | dict[str, PermissionLabel]
 
 
 class AclBody(BaseModel):
+    """Names (read) or {name: read | write | manage}, for users and for groups."""
+
     model_config = ConfigDict(extra="forbid")
 
-    users: list[str] = Field(default_factory=list)
-    groups: list[str] = Field(default_factory=list)
+    users: Grants = Field(default_factory=list)
+    groups: Grants = Field(default_factory=list)
 
     def to_acl(self) -> Acl:
         return Acl.of(self.users, self.groups)
@@ -42,7 +60,8 @@ class DocumentText(BaseModel):
     title: str | None = None
     source: str | None = None
     doc_id: str | None = Field(None, pattern=DOC_ID_PATTERN)
-    acl: AclBody = Field(default_factory=AclBody)
+    # None keeps the ACL of a document being re-ingested; a new one gets the owner alone.
+    acl: AclBody | None = None
 
 
 class SearchRequest(BaseModel):
@@ -52,7 +71,9 @@ class SearchRequest(BaseModel):
     top_k: int | None = Field(None, ge=1, le=100)
 
 
-def document_json(document: DocumentRecord) -> dict[str, Any]:
+def document_json(document: DocumentRecord, access: AccessFilter) -> dict[str, Any]:
+    """A document as its caller sees it, with who may do what and the caller's own level."""
+    permission = access.permission_on(document)
     return {
         "id": document.doc_id,
         "object": "document",
@@ -60,7 +81,8 @@ def document_json(document: DocumentRecord) -> dict[str, Any]:
         "source": document.source,
         "owner": document.owner,
         "version": document.version,
-        "acl": {"users": list(document.acl.users), "groups": list(document.acl.groups)},
+        "acl": document.acl.as_json(),
+        "permission": permission.label if permission else None,
         "num_chunks": document.num_chunks,
         "text_length": document.text_length,
         "content_hash": document.content_hash,
@@ -98,11 +120,30 @@ def _forbidden() -> APIError:
     )
 
 
+def _require(access: AccessFilter, document: DocumentRecord, needed: Permission) -> None:
+    """403 naming the missing permission; only for documents the caller can see."""
+    if (access.permission_on(document) or 0) < needed:
+        raise APIError(
+            403,
+            f"{access.user!r} may not {ACTIONS[needed]} document {document.doc_id!r}: that "
+            f"needs the {needed.label!r} permission, which its ACL does not grant",
+            "permission_error",
+            f"missing_{needed.label}_permission",
+        )
+
+
+ACTIONS = {
+    Permission.READ: "read",
+    Permission.WRITE: "re-ingest or delete",
+    Permission.MANAGE: "change the access of",
+}
+
+
 def document_routes(state: ServerState, principal: Callable[..., Principal]) -> APIRouter:
     router = APIRouter()
     settings = state.settings
 
-    async def source_from_multipart(request: Request) -> tuple[SourceDocument, Acl]:
+    async def source_from_multipart(request: Request) -> tuple[SourceDocument, Acl | None]:
         form = await request.form(max_part_size=settings.max_upload_bytes)
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -113,7 +154,12 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
                 f"file larger than {settings.max_upload_bytes} bytes", "file_too_large"
             )
         try:
-            acl = AclBody.model_validate(json.loads(str(form.get("acl") or "{}"))).to_acl()
+            acl_field = form.get("acl")
+            acl = (
+                AclBody.model_validate(json.loads(str(acl_field))).to_acl()
+                if acl_field is not None
+                else None
+            )
             doc_id = form.get("doc_id")
             if doc_id is not None:
                 DocumentText(text="-", doc_id=str(doc_id))  # validates the pattern
@@ -122,7 +168,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         name = upload.filename or "upload"
         return SourceDocument(name, data=data, doc_id=str(doc_id) if doc_id else None), acl
 
-    async def source_from_json(request: Request) -> tuple[SourceDocument, Acl]:
+    async def source_from_json(request: Request) -> tuple[SourceDocument, Acl | None]:
         try:
             body = DocumentText.model_validate(await request.json())
         except (ValueError, ValidationError) as error:
@@ -130,7 +176,21 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         source = body.source or f"text:{uuid.uuid4().hex[:12]}"
         parsed = parse_text(body.text, source)
         parsed.title = body.title or parsed.title
-        return SourceDocument(source, parsed=parsed, doc_id=body.doc_id), body.acl.to_acl()
+        acl = body.acl.to_acl() if body.acl is not None else None
+        return SourceDocument(source, parsed=parsed, doc_id=body.doc_id), acl
+
+    async def target_of(who: Principal, doc_id: str) -> tuple[str, DocumentRecord | None]:
+        """The stored id a client-chosen id names, and its document if the caller sees one:
+        an id the caller can see, else the id in the caller's namespace. An id in another's
+        namespace that the caller cannot see is 404, hidden or free alike."""
+        access = access_for(who)
+        found = await run_in_threadpool(state.rag.store.get_document, access, doc_id)
+        if found is None and namespace_of(doc_id) is None:
+            doc_id = scoped_doc_id(who.user, doc_id)
+            found = await run_in_threadpool(state.rag.store.get_document, access, doc_id)
+        if found is None and namespace_of(doc_id) != who.user:
+            raise _not_found(doc_id)
+        return doc_id, found
 
     @router.post("/v1/documents", status_code=201)
     async def add_document(request: Request, who: Principal = Depends(principal)) -> dict:
@@ -141,33 +201,32 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         else:
             item, acl = await source_from_json(request)
         access = access_for(who)
+        owner = who.user
         if item.doc_id is not None:
-            exists = await run_in_threadpool(
-                state.rag.store.current_version, who.tenant, item.doc_id
-            )
-            visible = await run_in_threadpool(state.rag.store.get_document, access, item.doc_id)
-            if exists and visible is None:
-                # Same answer as for any id in use: nothing about the hidden document leaks.
-                raise APIError(
-                    409,
-                    f"document id {item.doc_id!r} is not available",
-                    "invalid_request_error",
-                    "conflict",
-                )
-        result = await run_in_threadpool(state.rag.ingestor.ingest, item, who.tenant, who.user, acl)
+            item.doc_id, existing = await target_of(who, item.doc_id)
+        else:
+            item.doc_id = default_doc_id(who.tenant, who.user, item.source)
+            existing = await run_in_threadpool(state.rag.store.get_document, access, item.doc_id)
+        if existing is not None:
+            _require(access, existing, Permission.WRITE)
+            if acl is not None:
+                _require(access, existing, Permission.MANAGE)
+            owner = existing.owner
+        result = await run_in_threadpool(state.rag.ingestor.ingest, item, who.tenant, owner, acl)
         if not result.ok:
             raise _bad_request(result.error or "cannot ingest", "unparseable_document")
         document = await run_in_threadpool(state.rag.store.get_document, access, result.doc_id)
         assert document is not None
-        return document_json(document) | {
+        return document_json(document, access) | {
             "embedded_chunks": result.embedded,
             "reused_chunks": result.reused,
         }
 
     @router.get("/v1/documents")
     async def list_documents(who: Principal = Depends(principal)) -> dict:
-        documents = await run_in_threadpool(state.rag.store.list_documents, access_for(who))
-        return {"object": "list", "data": [document_json(d) for d in documents]}
+        access = access_for(who)
+        documents = await run_in_threadpool(state.rag.store.list_documents, access)
+        return {"object": "list", "data": [document_json(d, access) for d in documents]}
 
     async def visible_document(who: Principal, doc_id: str) -> DocumentRecord:
         document = await run_in_threadpool(state.rag.store.get_document, access_for(who), doc_id)
@@ -177,29 +236,32 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
 
     @router.get("/v1/documents/{doc_id}")
     async def get_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
-        return document_json(await visible_document(who, doc_id))
+        return document_json(await visible_document(who, doc_id), access_for(who))
 
     @router.delete("/v1/documents/{doc_id}")
     async def delete_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
-        await visible_document(who, doc_id)
+        document = await visible_document(who, doc_id)
         if not who.can_write():
             raise _forbidden()
+        _require(access_for(who), document, Permission.WRITE)
         if not await run_in_threadpool(state.rag.store.delete_document, access_for(who), doc_id):
             raise _not_found(doc_id)
         return {"id": doc_id, "object": "document", "deleted": True}
 
     @router.put("/v1/documents/{doc_id}/acl")
     async def set_acl(doc_id: str, body: AclBody, who: Principal = Depends(principal)) -> dict:
-        await visible_document(who, doc_id)
+        document = await visible_document(who, doc_id)
         if not who.can_write():
             raise _forbidden()
         access = access_for(who)
-        if not await run_in_threadpool(state.rag.store.set_acl, access, doc_id, body.to_acl()):
+        _require(access, document, Permission.MANAGE)
+        acl = body.to_acl()
+        if not await run_in_threadpool(state.rag.store.set_acl, access, doc_id, acl):
             raise _not_found(doc_id)
         document = await run_in_threadpool(state.rag.store.get_document, access, doc_id)
-        if document is None:  # the writer removed itself from the ACL
-            return {"id": doc_id, "object": "document", "acl": body.model_dump()}
-        return document_json(document)
+        if document is None:  # the caller removed itself from the ACL
+            return {"id": doc_id, "object": "document", "acl": acl.as_json(), "permission": None}
+        return document_json(document, access)
 
     @router.post("/v1/search")
     async def search(body: SearchRequest, who: Principal = Depends(principal)) -> dict:

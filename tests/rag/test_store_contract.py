@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ragserve.rag.documents import AccessFilter, Acl
+from ragserve.rag.documents import AccessFilter, Acl, Permission
 from tests.rag.conftest import DIMENSION, make_document, unit
 
 OWNER = AccessFilter("acme", "owner")
@@ -51,7 +51,8 @@ def test_acl_semantics_fail_closed(store_factory):
     assert ids(ADMIN) == {"public", "secret", "private"}
     assert store.get_document(STRANGER, "secret") is None
     document = store.get_document(ENG, "secret")
-    assert document.acl.groups == ("eng",) and document.num_chunks == 1 and document.version == 1
+    assert document.acl.groups == (("eng", Permission.READ),)
+    assert document.num_chunks == 1 and document.version == 1
 
 
 def test_searches_apply_the_acl_inside_the_query(store_factory):
@@ -100,7 +101,7 @@ def test_delete_and_acl_change_apply_to_the_next_query(store_factory):
     store = store_factory()
     seed(store)
     versions = [store.index_version()]
-    assert store.set_acl(OWNER, "secret", Acl.of(groups=["sales"]))
+    assert store.set_acl(OWNER, "secret", Acl.of(groups={"sales": "write"}))
     versions.append(store.index_version())
     assert not store.keyword_search(ENG, "launch code", 5)
     assert store.keyword_search(STRANGER, "launch code", 5)[0].doc_id == "secret"
@@ -111,6 +112,30 @@ def test_delete_and_acl_change_apply_to_the_next_query(store_factory):
     assert all(c.doc_id != "secret" for c in store.vector_search(STRANGER, unit(axis(0)), 5))
     assert store.get_document(OWNER, "secret") is None
     assert len(set(versions)) == 3
+
+
+def test_permission_levels_gate_delete_and_acl_changes(store_factory):
+    store = store_factory()
+    grants = {"erin": "read", "wes": "write", "max": "manage"}
+    store.write_document(*make_document("doc", ["the text"], [axis(0)], acl=Acl.of(grants)))
+    reader, writer, manager = (AccessFilter("acme", user) for user in ("erin", "wes", "max"))
+    before = store.index_version()
+    assert not store.set_acl(reader, "doc", Acl())
+    assert not store.delete_document(reader, "doc")
+    assert not store.set_acl(writer, "doc", Acl())
+    assert store.index_version() == before, "a refused change changes nothing"
+    assert store.get_document(reader, "doc").acl == Acl.of(grants)
+    assert reader.permission_on(store.get_document(reader, "doc")) is Permission.READ
+    assert OWNER.permission_on(store.get_document(OWNER, "doc")) is Permission.MANAGE
+    assert store.set_acl(manager, "doc", Acl.of({"max": "manage", "wes": "write"}))
+    assert store.get_document(reader, "doc") is None
+    # A write grant re-ingests and keeps the ACL as it is; it also deletes.
+    document, chunks = make_document("doc", ["new text"], [axis(1)], acl=Acl())
+    document.keep_acl = True
+    store.write_document(document, chunks)
+    assert store.get_document(OWNER, "doc").acl == Acl.of({"max": "manage", "wes": "write"})
+    assert store.delete_document(writer, "doc")
+    assert store.get_document(OWNER, "doc") is None
 
 
 def test_new_version_replaces_the_old(store_factory):
@@ -142,3 +167,25 @@ def test_crash_between_write_and_delete_keeps_the_old_version(store_factory, mon
     assert store.get_document(OWNER, "doc").version == 1
     assert [c.text for c in store.keyword_search(OWNER, "body", 5)] == ["old body"]
     assert [c.text for c in store.vector_search(OWNER, unit(axis(1)), 5)] == ["old body"]
+
+
+def test_a_store_from_before_permission_levels_opens_with_read_grants(tmp_path):
+    import sqlite3
+
+    from ragserve.rag.stores.sqlite import SqliteStore
+
+    path = tmp_path / "old.sqlite"
+    store = SqliteStore(path, DIMENSION)
+    store.write_document(*make_document("doc", ["text"], [axis(0)], acl=Acl.of(groups=["eng"])))
+    store.close()
+    # Rebuild the ACL table as it was: no permission column.
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            "CREATE TABLE old_acl AS SELECT tenant, doc_id, kind, name FROM doc_acl;"
+            "DROP TABLE doc_acl; ALTER TABLE old_acl RENAME TO doc_acl;"
+        )
+    store = SqliteStore(path, DIMENSION)
+    document = store.get_document(ENG, "doc")
+    assert document.acl == Acl.of(groups=["eng"])
+    assert not store.delete_document(ENG, "doc")
+    store.close()

@@ -52,7 +52,8 @@ def search_ids(server, key, query):
 
 def test_upload_then_permitted_search(server, keys, secret_doc):
     assert secret_doc["title"] == "Project Falcon"
-    assert secret_doc["acl"] == {"users": [], "groups": ["eng"]}
+    assert secret_doc["acl"] == {"users": {}, "groups": {"eng": "read"}}
+    assert secret_doc["owner"] == "wendy" and secret_doc["permission"] == "manage"
     response = call(
         server,
         "POST",
@@ -123,7 +124,7 @@ def test_acl_change_and_delete_apply_to_the_next_search(server, keys):
     changed = call(
         server, "PUT", f"/v1/documents/{doc_id}/acl", keys["writer"], json={"groups": ["sales"]}
     )
-    assert changed.status_code == 200 and changed.json()["acl"]["groups"] == ["sales"]
+    assert changed.status_code == 200 and changed.json()["acl"]["groups"] == {"sales": "read"}
     assert doc_id in search_ids(server, keys["sales"], query)
     assert doc_id not in search_ids(server, keys["eng"], query)
     assert call(server, "DELETE", f"/v1/documents/{doc_id}", keys["writer"]).status_code == 200
@@ -149,25 +150,105 @@ def test_unparseable_upload_is_400_and_stores_nothing(server, keys):
     assert len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"]) == before
 
 
-def test_document_ids_of_hidden_documents_cannot_be_overwritten(server, keys):
-    private = call(
+def test_a_hidden_document_id_gets_the_answer_a_free_id_gets(server, keys):
+    hidden = call(
         server,
         "POST",
         "/v1/documents",
         keys["writer"],
-        json={"text": "Private notes.", "doc_id": "notes-1"},
+        json={"text": "Private notes on the merger.", "doc_id": "board-notes"},
     )
-    assert private.status_code == 201 and private.json()["acl"] == {"users": [], "groups": []}
-    other = server.key("walt", role=Role.WRITER)
-    clash = call(
+    assert hidden.status_code == 201, hidden.text
+    assert hidden.json()["id"] == "wendy~board-notes"
+    assert hidden.json()["acl"] == {"users": {}, "groups": {}}
+    other = server.key("walt", ("eng",), role=Role.WRITER)
+
+    def post(doc_id: str) -> httpx.Response:
+        body = {"text": "Walt's notes.", "doc_id": doc_id, "title": "Notes"}
+        return call(server, "POST", "/v1/documents", other, json=body)
+
+    def shape(response: httpx.Response) -> tuple:
+        body = response.json()
+        varying = ("id", "ingested_at", "source")
+        return response.status_code, {k: v for k, v in body.items() if k not in varying}
+
+    taken, free = post("board-notes"), post("free-notes")
+    assert taken.status_code == 201 and taken.json()["id"] == "walt~board-notes"
+    assert free.json()["id"] == "walt~free-notes"
+    assert shape(taken) == shape(free)
+    # Naming the full hidden id, or a free id in the same namespace: both 404, worded alike.
+    hidden_full, free_full = post("wendy~board-notes"), post("wendy~free-notes")
+    assert hidden_full.status_code == free_full.status_code == 404
+    assert (
+        hidden_full.json()["error"]["message"].replace("board", "free")
+        == (free_full.json()["error"]["message"])
+    )
+    stored = call(server, "GET", "/v1/documents/wendy~board-notes", keys["writer"]).json()
+    assert stored["version"] == 1 and stored["content_hash"] == hidden.json()["content_hash"]
+    assert "merger" not in hidden_full.text + free_full.text
+
+
+def _post_text(server, key, text: str, **body) -> dict:
+    response = call(server, "POST", "/v1/documents", key, json={"text": text, **body})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_reading_a_document_does_not_make_a_writer_its_owner(server):
+    admin = server.key("root", role=Role.ADMIN)
+    dave = server.key("dave", ("staff",), role=Role.WRITER)
+    doc = _post_text(server, admin, "Staff handbook: holidays.", acl={"groups": ["staff"]})
+    path = f"/v1/documents/{doc['id']}"
+    seen = call(server, "GET", path, dave).json()
+    assert seen["permission"] == "read" and seen["owner"] == "root"
+    for method, suffix, body, needed in [
+        ("PUT", "/acl", {"users": ["dave"]}, "manage"),
+        ("DELETE", "", None, "write"),
+        ("POST", None, {"text": "Overwritten.", "doc_id": doc["id"]}, "write"),
+    ]:
+        target = "/v1/documents" if suffix is None else path + suffix
+        response = call(server, method, target, dave, json=body)
+        assert response.status_code == 403, response.text
+        error = response.json()["error"]
+        assert f"'{needed}' permission" in error["message"]
+        assert error["code"] == f"missing_{needed}_permission"
+    after = call(server, "GET", path, admin).json()
+    assert after["acl"] == {"users": {}, "groups": {"staff": "read"}} and after["version"] == 1
+
+
+def test_write_and_manage_grants(server):
+    owner = server.key("olga", ("ops",), role=Role.WRITER)
+    editor = server.key("ed", ("ops",), role=Role.WRITER)
+    steward = server.key("stew", role=Role.WRITER)
+    doc = _post_text(
         server,
-        "POST",
-        "/v1/documents",
-        other,
-        json={"text": "Overwrite attempt.", "doc_id": "notes-1"},
+        owner,
+        "Runbook: restart the queue.",
+        doc_id="runbook",
+        acl={"groups": {"ops": "write"}, "users": {"stew": "manage"}},
     )
-    assert clash.status_code == 409
-    assert "Private" not in clash.text
+    path = f"/v1/documents/{doc['id']}"
+    assert call(server, "GET", path, editor).json()["permission"] == "write"
+    # write: re-ingest (owner and ACL kept) ...
+    again = _post_text(
+        server, editor, "Runbook: restart the queue, then the workers.", doc_id=doc["id"]
+    )
+    assert again["version"] == 2 and again["owner"] == "olga" and again["acl"] == doc["acl"]
+    # ... but not a new ACL, with the re-ingest or alone.
+    body = {"text": "Runbook v3.", "doc_id": doc["id"], "acl": {"groups": ["ops"]}}
+    assert call(server, "POST", "/v1/documents", editor, json=body).status_code == 403
+    acl = {"users": ["ed"]}
+    assert call(server, "PUT", path + "/acl", editor, json=acl).status_code == 403
+    # manage: the ACL.
+    changed = call(server, "PUT", path + "/acl", steward, json={"groups": {"ops": "read"}})
+    assert changed.status_code == 200
+    assert changed.json()["acl"] == {"users": {}, "groups": {"ops": "read"}}
+    assert call(server, "DELETE", path, editor).status_code == 403
+    # The owner keeps everything.
+    restored = call(server, "PUT", path + "/acl", owner, json={"groups": {"ops": "write"}})
+    assert restored.status_code == 200
+    assert call(server, "DELETE", path, editor).status_code == 200
+    assert call(server, "GET", path, owner).status_code == 404
 
 
 def test_response_cache_follows_the_index_version(server, keys):

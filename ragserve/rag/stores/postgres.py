@@ -24,6 +24,7 @@ from ragserve.rag.documents import (
     Acl,
     ChunkRecord,
     DocumentRecord,
+    Permission,
     ScoredChunk,
     query_terms,
 )
@@ -42,6 +43,9 @@ CREATE TABLE IF NOT EXISTS rs_doc_acl (
     kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
     PRIMARY KEY (tenant, doc_id, kind, name)
 );
+-- Permission levels came later: entries of an older database become read grants.
+ALTER TABLE rs_doc_acl ADD COLUMN IF NOT EXISTS permission TEXT NOT NULL DEFAULT 'read'
+    CHECK (permission IN ('read', 'write', 'manage'));
 CREATE INDEX IF NOT EXISTS rs_doc_acl_by_name ON rs_doc_acl (kind, name);
 CREATE TABLE IF NOT EXISTS rs_chunks (
     id BIGSERIAL PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
@@ -185,7 +189,8 @@ class PostgresStore:
                 " ingested_at = EXCLUDED.ingested_at, text_length = EXCLUDED.text_length",
                 document.columns(),
             )
-            self._replace_acl(document.tenant, document.doc_id, document.acl)
+            if not document.keep_acl:
+                self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
@@ -203,22 +208,23 @@ class PostgresStore:
         self._db.execute(
             "DELETE FROM rs_doc_acl WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
         )
-        rows = [(tenant, doc_id, "user", u) for u in acl.users]
-        rows += [(tenant, doc_id, "group", g) for g in acl.groups]
+        rows = [(tenant, doc_id, *entry) for entry in acl.entries()]
         if rows:
             with self._db.cursor() as cursor:
-                cursor.executemany("INSERT INTO rs_doc_acl VALUES (%s, %s, %s, %s)", rows)
+                cursor.executemany(
+                    "INSERT INTO rs_doc_acl (tenant, doc_id, kind, name, permission)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
 
-    def _visible(self, access: AccessFilter, doc_id: str) -> bool:
-        row = self._db.execute(
-            f"SELECT 1 FROM rs_documents d WHERE d.doc_id = %(doc_id)s AND {ACL_CONDITION}",
-            {"doc_id": doc_id, **access_params(access)},
-        ).fetchone()
-        return row is not None
+    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
+        found = self._documents(access, doc_id)
+        level = access.permission_on(found[0]) if found else None
+        return level is not None and level >= needed
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
         with self._transaction() as db:
-            if not self._visible(access, doc_id):
+            if not self._permits(access, doc_id, Permission.WRITE):
                 return False
             self._remove_chunks(access.tenant, doc_id)
             db.execute(
@@ -233,7 +239,7 @@ class PostgresStore:
 
     def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
         with self._transaction():
-            if not self._visible(access, doc_id):
+            if not self._permits(access, doc_id, Permission.MANAGE):
                 return False
             self._replace_acl(access.tenant, doc_id, acl)
             self._bump_version()
@@ -248,15 +254,15 @@ class PostgresStore:
             " d.ingested_at, d.text_length,"
             " (SELECT COUNT(*) FROM rs_chunks c WHERE c.tenant = d.tenant"
             "  AND c.doc_id = d.doc_id AND c.version = d.version),"
-            " (SELECT json_agg(json_build_array(a.kind, a.name)) FROM rs_doc_acl a"
+            " (SELECT json_agg(json_build_array(a.kind, a.name, a.permission)) FROM rs_doc_acl a"
             "  WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id)"
             f" FROM rs_documents d WHERE {where} ORDER BY d.doc_id",
             {"doc_id": doc_id, **access_params(access)},
         ).fetchall()
         documents = []
         for row in rows:
-            acl_pairs = row[10] if isinstance(row[10], list) else json.loads(row[10] or "[]")
-            documents.append(DocumentRecord.from_row(row[:10], acl_pairs))
+            acl_rows = row[10] if isinstance(row[10], list) else json.loads(row[10] or "[]")
+            documents.append(DocumentRecord.from_row(row[:10], acl_rows))
         return documents
 
     def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:

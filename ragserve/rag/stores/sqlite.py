@@ -20,6 +20,7 @@ from ragserve.rag.documents import (
     Acl,
     ChunkRecord,
     DocumentRecord,
+    Permission,
     ScoredChunk,
     query_terms,
 )
@@ -35,6 +36,7 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS doc_acl (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
     kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
+    permission TEXT NOT NULL DEFAULT 'read' CHECK (permission IN ('read', 'write', 'manage')),
     PRIMARY KEY (tenant, doc_id, kind, name)
 );
 CREATE INDEX IF NOT EXISTS doc_acl_by_name ON doc_acl (kind, name);
@@ -86,6 +88,12 @@ class SqliteStore:
         self._db.execute("PRAGMA busy_timeout = 30000")
         self._lock = threading.RLock()
         self._db.executescript(SCHEMA)  # idempotent; executescript commits on its own
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(doc_acl)")}
+        if "permission" not in columns:  # a store from before permission levels: all read
+            self._db.execute(
+                "ALTER TABLE doc_acl ADD COLUMN permission TEXT NOT NULL DEFAULT 'read'"
+                " CHECK (permission IN ('read', 'write', 'manage'))"
+            )
         with self._transaction(write=True):
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('store_id', ?), ('index_version', '0'),"
@@ -181,7 +189,8 @@ class SqliteStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 document.columns(),
             )
-            self._replace_acl(document.tenant, document.doc_id, document.acl)
+            if not document.keep_acl:
+                self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
@@ -196,21 +205,18 @@ class SqliteStore:
     def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None:
         self._db.execute("DELETE FROM doc_acl WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
         self._db.executemany(
-            "INSERT INTO doc_acl VALUES (?, ?, ?, ?)",
-            [(tenant, doc_id, "user", u) for u in acl.users]
-            + [(tenant, doc_id, "group", g) for g in acl.groups],
+            "INSERT INTO doc_acl (tenant, doc_id, kind, name, permission) VALUES (?, ?, ?, ?, ?)",
+            [(tenant, doc_id, *entry) for entry in acl.entries()],
         )
 
-    def _visible(self, access: AccessFilter, doc_id: str) -> bool:
-        row = self._db.execute(
-            f"SELECT 1 FROM documents d WHERE d.doc_id = :doc_id AND {ACL_CONDITION}",
-            {"doc_id": doc_id, **access_params(access)},
-        ).fetchone()
-        return row is not None
+    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
+        found = self._documents(access, doc_id)
+        level = access.permission_on(found[0]) if found else None
+        return level is not None and level >= needed
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
         with self._transaction(write=True) as db:
-            if not self._visible(access, doc_id):
+            if not self._permits(access, doc_id, Permission.WRITE):
                 return False
             self._remove_chunks(access.tenant, doc_id)
             db.execute(
@@ -224,7 +230,7 @@ class SqliteStore:
 
     def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
         with self._transaction(write=True):
-            if not self._visible(access, doc_id):
+            if not self._permits(access, doc_id, Permission.MANAGE):
                 return False
             self._replace_acl(access.tenant, doc_id, acl)
             self._bump_version()
@@ -244,11 +250,11 @@ class SqliteStore:
         ).fetchall()
         documents = []
         for row in rows:
-            acl_pairs = self._db.execute(
-                "SELECT kind, name FROM doc_acl WHERE tenant = ? AND doc_id = ?",
+            acl_rows = self._db.execute(
+                "SELECT kind, name, permission FROM doc_acl WHERE tenant = ? AND doc_id = ?",
                 (row[1], row[0]),
             ).fetchall()
-            documents.append(DocumentRecord.from_row(row, acl_pairs))
+            documents.append(DocumentRecord.from_row(row, acl_rows))
         return documents
 
     def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
