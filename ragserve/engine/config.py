@@ -4,12 +4,33 @@ import os
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# CPU flags of native bfloat16 arithmetic. Without them torch emulates bfloat16 matmuls, and on
+# such a CPU (AMD EPYC with AVX2 only, measured) a 336-token prefill of the default model takes
+# 4.3 s in bfloat16 against 0.7 s in float32.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def native_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)
+
+
+def resolve_dtype(dtype: str) -> str:
+    """ "auto": bfloat16 where the CPU computes it natively, else float32."""
+    if dtype == "auto":
+        return "bfloat16" if native_bf16() else "float32"
+    return dtype
 
 
 @dataclass
 class EngineConfig:
     model: str = DEFAULT_MODEL
-    dtype: str = "bfloat16"
+    # "auto" (resolve_dtype), "float32" or "bfloat16".
+    dtype: str = "auto"
     block_size: int = 16
     # KV pool size; the number of blocks follows from the model's bytes per token.
     kv_cache_memory_bytes: int = 2 << 30
@@ -27,8 +48,9 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {self.dtype!r}")
+        self.dtype = resolve_dtype(self.dtype)
         positive = {
             "block_size": self.block_size,
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
