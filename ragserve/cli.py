@@ -49,7 +49,7 @@ def generate(
     stop: Annotated[list[str] | None, typer.Option(help="Stop string; repeatable.")] = None,
     chat: Annotated[bool, typer.Option(help="Apply the model's chat template.")] = False,
     model: str = DEFAULT_MODEL,
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Generate a completion for PROMPT with the offline engine."""
@@ -441,7 +441,8 @@ def ask(
     if as_json:
         print(json.dumps(answer_json(result)))
         return
-    console.print(result.answer)
+    kind = {"generated": "answer", "extractive": "quoted from the source", "refused": "refused"}
+    console.print(f"[dim]({kind[result.mode]})[/dim] {result.answer}")
     for citation in result.citations:
         console.print(f"[{citation.n}] {citation.title} ({citation.doc_id}): “{citation.quote}”")
 
@@ -515,8 +516,7 @@ def demo(
     console.print(
         f"try both keys:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer KEY' "
         f"-H 'Content-Type: application/json' -d '{question}'\n"
-        "alice is refused (the memo is board-only); bob gets a cited answer when the small "
-        "default model manages one."
+        "alice never sees the memo (it is board-only); bob gets its sentence, quoted and cited."
     )
     app_ = build_app(settings, engine, embedder)
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")

@@ -30,7 +30,7 @@ def offline(
         int, typer.Option(help="Static batch size for transformers (0: skip).")
     ] = 32,
     model: str = DEFAULT_MODEL,
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     max_num_seqs: int = 128,
     max_num_batched_tokens: int = 512,
     seed: int = 0,
@@ -338,15 +338,17 @@ def cache_oracle(
     model: Annotated[str, typer.Option(help="The served model (for its tokenizer).")] = (
         DEFAULT_MODEL
     ),
-    answer_max_tokens: Annotated[int, typer.Option(help="The server's setting.")] = 160,
-    evidence_budget: Annotated[int, typer.Option(help="The server's setting.")] = 1200,
+    answer_max_tokens: Annotated[int, typer.Option(help="The server's setting.")] = 48,
+    evidence_budget: Annotated[int, typer.Option(help="The server's setting.")] = 256,
     datamark: Annotated[bool, typer.Option(help="The server's setting.")] = True,
+    evidence_sentences: Annotated[int, typer.Option(help="The server's setting.")] = 3,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Can a caller confirm a guess at a document it may not read, through the prefix cache
-    (cached tokens, time to first token)? See ragserve/bench/oracle.py."""
+    (cached tokens, time to first token)? Run it against a server whose answers run the model
+    (answer_style = "generate"); see ragserve/bench/oracle.py."""
     from ragserve.bench.oracle import Oracle, OracleSettings, to_markdown
     from ragserve.reports import write_report
 
@@ -360,8 +362,9 @@ def cache_oracle(
         answer_max_tokens,
         evidence_budget,
         datamark,
-        trials,
-        seed,
+        evidence_sentences=evidence_sentences,
+        trials=trials,
+        seed=seed,
     )
     report = Oracle(settings).run()
     write_report(out, "cache-oracle", report, to_markdown(report))

@@ -2,9 +2,11 @@
 document confirm a guess at its text from `cached_tokens` or from the time to first token?
 
 Each trial adds a restricted memo holding a figure, lets an authorized reader ask about it (so
-its KV blocks are in the cache), and rebuilds that answer's prompt from the open prompt format
-and the reader's own /v1/search results; the rebuild is checked against the prompt token count
-the answer reported, and a trial whose rebuild differs is left out. The outsider then sends the
+its KV blocks are in the cache), and rebuilds that answer's prompt from the open prompt format,
+the reader's own /v1/search results and the same evidence selection; the rebuild is checked
+against the prompt token count the answer reported, and a trial whose rebuild differs (or whose
+answer was refused or quoted, so that no prompt ran) is left out: run it against a server with
+answer_style = "generate". The outsider then sends the
 prompt cut before the memo's closing tag with a wrong figure of the same length (so that what
 follows shares the outsider's own blocks up to the figure alike), then with the true figure and
 with another wrong one, in random order, each as a one-token /v1/completions request sent for
@@ -25,6 +27,8 @@ from transformers import AutoTokenizer
 
 from ragserve.engine.loader import resolve_model
 from ragserve.rag.documents import ScoredChunk
+from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, Embedder
+from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.rag.prompt import PromptBuilder
 from ragserve.reports import markdown_table, run_metadata, summary
 
@@ -42,6 +46,8 @@ class OracleSettings:
     answer_max_tokens: int
     evidence_budget: int
     datamark: bool
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    evidence_sentences: int = 3
     trials: int = 100
     seed: int = 0
 
@@ -76,6 +82,9 @@ class Oracle:
             settings.answer_max_tokens,
             settings.evidence_budget,
             settings.datamark,
+        )
+        self.selector = EvidenceSelector(
+            Embedder(settings.embedding_model), EvidenceSettings(settings.evidence_sentences)
         )
 
     def _get(self, path: str, key: str) -> Any:
@@ -114,7 +123,8 @@ class Oracle:
             )
             for h in hits
         ]
-        prompt = self.builder.build(question, chunks)
+        evidence = self.selector.select(question, chunks)
+        prompt = self.builder.build(question, [s.as_source() for s in evidence])
         memo = [s.n for s in prompt.sources if s.chunk.doc_id == memo_id]
         if len(prompt.token_ids) != prompt_tokens or not memo:
             return None

@@ -9,8 +9,9 @@ so a weak model and a strict check can be told apart.
 
 import asyncio
 import functools
+import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ragserve.engine.cache_salt import Narrowing
@@ -26,25 +27,38 @@ from ragserve.eval.metrics import (
     precision_recall_f1,
     token_f1,
 )
-from ragserve.rag.answer import CITATION, SENTENCE, AnswerResult, AnswerService
+from ragserve.rag.answer import AnswerResult, AnswerService
+from ragserve.rag.answerability import Answerability
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.rerank import Generate
+from ragserve.rag.text import CITATION, SENTENCE
 from ragserve.reports import markdown_table, run_section, summary, write_report
 
 MAX_CONCURRENT = 8
+# Markers that open a sentence piece close the one before it ("... 1279. [1] He reigned ...").
+LEADING_CITATIONS = re.compile(r"(?:\s*\[\d+\])*")
 
 
 def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[CitedSentence]:
-    """The answer's sentences, each with the text of the passages its [n] markers name."""
+    """The answer's sentences, each with the text of the passages its [n] markers name;
+    markers after a sentence's full stop ("... 1279. [1]", as a quote is cited) are its own."""
     chunk_of = {c.n: c.chunk_id for c in result.citations}
-    sentences = []
+    pieces: list[tuple[str, list[int]]] = []
     for match in SENTENCE.finditer(result.answer):
-        text = CITATION.sub("", match.group()).strip()
+        leading = LEADING_CITATIONS.match(match.group()).group()
+        if pieces:
+            pieces[-1][1].extend(int(n) for n in CITATION.findall(leading))
+        rest = match.group()[len(leading) :]
+        text = CITATION.sub("", rest).strip()
         if text:
-            marks = dict.fromkeys(int(n) for n in CITATION.findall(match.group()))
-            cited = [passages[chunk_of[n]] for n in marks if chunk_of.get(n) in passages]
-            sentences.append(CitedSentence(text, cited))
-    return sentences
+            pieces.append((text, [int(n) for n in CITATION.findall(rest)]))
+    return [
+        CitedSentence(
+            text,
+            [passages[chunk_of[n]] for n in dict.fromkeys(marks) if chunk_of.get(n) in passages],
+        )
+        for text, marks in pieces
+    ]
 
 
 async def answer_one(
@@ -65,6 +79,35 @@ async def answer_one(
         result = event.result or result
     assert result is not None
     return result, raw[0]
+
+
+# The answer path with parts taken away, to measure what each part buys, all generating: sentence
+# selection alone (content-word citation check, no quote fallback, the old refusal rule: closest
+# chunk under cosine 0.5), then with the strict check, then with the fallback; "full" is the
+# configured path (calibrated answerability, and the configured answer_style).
+VARIANTS = ("sentences", "strict", "fallback", "full")
+SIMILARITY_RULE = Answerability("closest-chunk-0.5", ("best_chunk",), (1000.0,), -500.0, 0.5, 0.5)
+
+
+def ablated(service: AnswerService, variant: str) -> AnswerService:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: {', '.join(VARIANTS)}")
+    if variant == "full":
+        return service
+    settings = replace(
+        service.settings,
+        style="generate",
+        strict_support=variant != "sentences",
+        extractive_fallback=variant == "fallback",
+    )
+    return AnswerService(
+        service.retriever,
+        service.selector,
+        SIMILARITY_RULE,
+        service.builder,
+        settings,
+        service.reranker,
+    )
 
 
 async def answer_all(
@@ -102,6 +145,8 @@ def score(
             "qid": item.qid,
             "kind": item.kind,
             "refused": result.refused,
+            "mode": result.mode,
+            "answerability": result.answerability,
             "answer": result.answer,
             "raw": raw,
             "gold_retrieved": context.gold.get(item.qid) in {c.doc_id for c in retrieved},
@@ -142,6 +187,8 @@ def summarize(records: list[dict]) -> dict:
         "retrieval": {"gold_in_prompt": _mean([r["gold_retrieved"] for r in answerable])},
         "generation": {
             "answered": len(answered),
+            "generated": sum(r["mode"] == "generated" for r in records),
+            "extractive": sum(r["mode"] == "extractive" for r in records),
             "correct": _mean([r["correct"] for r in answerable]),
             "f1": _mean([r["f1"] for r in answerable]),
             "correct_when_gold_in_prompt": _mean([r["correct"] for r in hit]),

@@ -123,6 +123,10 @@ def answers(
     corpus: CorpusOption = "wiki",
     corpus_limit: CorpusLimitOption = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N questions.")] = None,
+    variant: Annotated[
+        str,
+        typer.Option(help="Ablation: sentences, strict, fallback or full (the product's path)."),
+    ] = "full",
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
     as_json: JsonOption = False,
@@ -134,6 +138,9 @@ def answers(
     from ragserve.eval.context import served_model
     from ragserve.eval.support import SupportJudge
 
+    if variant not in evaluation.VARIANTS:
+        console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
+        raise typer.Exit(2)
     settings = _settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
@@ -141,14 +148,16 @@ def answers(
         services = context.services(runner)
         outcomes = asyncio.run(
             evaluation.answer_all(
-                services.answers,
+                evaluation.ablated(services.answers, variant),
                 context.items,
                 runner.generator("eval", "eval", "answer"),
                 lambda done: status.update(f"answering: {done}/{len(context.items)}"),
             )
         )
         services.store.close()
-    meta = context.metadata(concurrency=evaluation.MAX_CONCURRENT, support_judge="SupportJudge")
+    meta = context.metadata(
+        concurrency=evaluation.MAX_CONCURRENT, support_judge="SupportJudge", variant=variant
+    )
     report = {"meta": meta} | evaluation.score(context, outcomes, SupportJudge(context.embedder))
     context.close()
     paths = evaluation.write(report, out)
@@ -226,3 +235,39 @@ def safety(
         raise typer.Exit(2) from error
     paths = evaluation.write(report, out)
     _finish(report, evaluation.to_markdown(report), paths, as_json)
+
+
+@eval_app.command("calibrate")
+def calibrate(
+    dataset: DatasetOption,
+    corpus: CorpusOption = "wiki",
+    corpus_limit: CorpusLimitOption = None,
+    folds: Annotated[int, typer.Option(help="Cross-validation folds.", min=2)] = 5,
+    save_to: Annotated[
+        Path | None,
+        typer.Option(help="Write the fitted model here (e.g. ragserve/rag/answerability.json)."),
+    ] = None,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Fit answerability (refuse or answer) on answerable and unanswerable questions, with
+    cross-validated figures and a calibration plot."""
+    from ragserve.eval import calibrate as calibration
+
+    settings = _settings(config)
+    context = _open(settings, dataset, corpus, corpus_limit)
+    with console.status("measuring answerability signals"):
+        rows = calibration.measure(context)
+    model, figures = calibration.fit(rows, folds)
+    report = {
+        "meta": context.metadata(folds=folds),
+        "model": model.__dict__,
+        "figures": figures,
+        "signals": rows,
+    }
+    context.close()
+    if save_to is not None:
+        save_to.write_text(model.to_json(fitted_on=report["meta"], cv=figures["cv_auc"]))
+    paths = calibration.write(report, out)
+    _finish(report, calibration.to_markdown(report), paths, as_json)

@@ -17,8 +17,8 @@ import re
 
 import numpy as np
 
-from ragserve.rag.answer import SENTENCE
 from ragserve.rag.embeddings import Embedder
+from ragserve.rag.text import SENTENCE
 
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 NAME = re.compile(r"(?<=\s)[A-Z][\w'-]+")

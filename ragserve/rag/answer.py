@@ -1,117 +1,66 @@
-"""Answers with checked citations, or a refusal.
+"""Answers from evidence: a generated answer whose citations check out, an exact quote of the
+best evidence, or a refusal.
 
-retrieve permitted chunks -> (rerank) -> refuse if the closest evidence is below the
-calibrated similarity threshold -> bounded prompt -> generate -> check citations.
+retrieve permitted chunks -> (rerank) -> select the best sentences of those chunks (evidence.py,
+so only permitted text is a candidate) -> answerability (answerability.py): refuse at once when
+the evidence is unlikely to hold an answer -> a short prompt of the numbered sentences ->
+generate -> check every sentence of the answer against the sentence it cites -> if any is
+unsupported (or the model declined) and the evidence is confident, quote the best sentence
+exactly with its citation and span (mode "extractive"); else the refusal.
 
-Each answer sentence's citations [n] must name a source that was in the prompt and that
-supports the sentence: support is the share of the sentence's new content words (those not
-already in the question) that the source contains, so restating the question earns nothing and
-an invented name or number is caught. Unsupported markers are removed from the text and never
-listed; a sentence left without a citation gets the best-supporting source when one passes the
-threshold (post-hoc attribution, for a small model that cites unreliably). An answer no source
-supports becomes the refusal: the wording is the same whether the evidence is missing or not
-permitted.
+A sentence is supported by a source when the source contains its numbers, its multi-word names
+and terms as written, and enough of its new content words (`support_threshold`); restating the
+question earns nothing. A sentence without a citation gets the best-supporting source when one
+passes (post-hoc attribution, for a small model that cites unreliably). The refusal is worded
+the same whether the evidence is missing or not permitted.
 """
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.rag.answerability import Answerability, signals
 from ragserve.rag.documents import AccessFilter, ScoredChunk
+from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
 from ragserve.rag.rerank import Generate, Reranker
 from ragserve.rag.retrieval import Retriever
+from ragserve.rag.text import (
+    CITATION,
+    SENTENCE,
+    contains_phrase,
+    content_words,
+    introduced_phrases,
+    numbers,
+    sentence_spans,
+)
 
 logger = logging.getLogger(__name__)
 
-CITATION = re.compile(r"\s*\[(\d+)\]")
-# A sentence ends at . ! ? before a space or the end, or at a line break ("6.3" stays whole).
-SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|(?=\n)|$)")
-WORD = re.compile(r"[a-z0-9]+")
-STOPWORDS = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "of",
-        "and",
-        "or",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "it",
-        "its",
-        "this",
-        "that",
-        "as",
-        "which",
-        "who",
-        "whom",
-        "what",
-        "when",
-        "where",
-        "why",
-        "how",
-        "not",
-        "no",
-        "yes",
-        "do",
-        "does",
-        "did",
-        "has",
-        "have",
-        "had",
-        "can",
-        "could",
-        "will",
-        "would",
-        "shall",
-        "should",
-        "may",
-        "might",
-        "there",
-        "their",
-        "they",
-        "them",
-        "he",
-        "she",
-        "his",
-        "her",
-        "i",
-        "you",
-        "we",
-        "our",
-        "answer",
-    ]
-)
+Mode = Literal["generated", "extractive", "refused"]
 
 
 @dataclass
 class AnswerSettings:
     top_k: int = 5
-    # Below this cosine similarity of the closest permitted chunk, refuse without generating.
-    # On the dev set every answerable question's best chunk scored at least 0.509.
-    refusal_threshold: float = 0.5
     # A citation must reach this support score (0-1) to be kept.
     support_threshold: float = 0.6
-    max_tokens: int = 160
-    evidence_budget: int = 1200
+    max_tokens: int = 48
+    # Quote the best evidence when a generated answer fails the check (or the model declines)
+    # and answerability is confident; off, such answers are refused.
+    extractive_fallback: bool = True
+    # Numbers and multi-word names must occur in the cited source as written; off, content
+    # words alone decide (measured in the evaluation's ablation).
+    strict_support: bool = True
+    # A quote also takes the second-best sentence when its score is within this of the best.
+    quote_margin: float = 0.05
+    # "generate": the model answers from the evidence, checked, with the quote as fallback;
+    # "quote": the best evidence quoted, no model call.
+    style: Literal["generate", "quote"] = "generate"
 
 
 @dataclass
@@ -129,84 +78,60 @@ class Citation:
 @dataclass
 class AnswerResult:
     answer: str
-    refused: bool
+    mode: Mode
     citations: list[Citation] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # The calibrated probability that the evidence answers the question.
+    answerability: float | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.mode == "refused"
 
 
-STEM_CHARS = 6
-NUMBER_WORDS = {
-    word: str(value)
-    for value, word in enumerate(
-        [
-            "zero",
-            "one",
-            "two",
-            "three",
-            "four",
-            "five",
-            "six",
-            "seven",
-            "eight",
-            "nine",
-            "ten",
-            "eleven",
-            "twelve",
-            "thirteen",
-            "fourteen",
-            "fifteen",
-            "sixteen",
-            "seventeen",
-            "eighteen",
-            "nineteen",
-            "twenty",
-        ]
-    )
-}
+def refusal(answerability: float | None = None) -> AnswerResult:
+    return AnswerResult(REFUSAL, "refused", answerability=answerability)
 
 
-def content_words(text: str) -> set[str]:
-    """Content words cut to their first letters, a crude stem (launch, launches, launched),
-    with small numbers as digits (four, 4)."""
-    words = (NUMBER_WORDS.get(w, w) for w in WORD.findall(text.lower()))
-    return {w[:STEM_CHARS] for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
-
-
-def support_score(sentence: str, question: str, chunk: ScoredChunk) -> float:
-    """Share of the sentence's content words beyond the question's that the chunk contains."""
+def support_score(sentence: str, question: str, source: ScoredChunk, strict: bool = True) -> float:
+    """How well a source supports an answer sentence, 0 to 1: the share of the sentence's
+    content words beyond the question's that the source contains, and (strict) 0 when a number
+    or a multi-word name or term that the sentence introduces is not in the source as written
+    (an invented name cannot pass on words that occur apart)."""
+    if strict and not numbers(sentence) - numbers(question) <= numbers(source.text):
+        return 0.0
+    phrases = introduced_phrases(sentence, question) if strict else []
+    if not all(contains_phrase(source.text, p) for p in phrases):
+        return 0.0
     claims = content_words(sentence) - content_words(question)
     if not claims:
         return 0.0
-    return len(claims & content_words(chunk.text)) / len(claims)
+    return len(claims & content_words(source.text)) / len(claims)
 
 
 def best_quote(sentence: str, chunk: ScoredChunk) -> tuple[str, int, int]:
-    """The chunk sentence sharing most words with the answer sentence, with its span."""
+    """The source sentence sharing most words with the answer sentence, with its span."""
     words = content_words(sentence)
-    best = (chunk.text, chunk.start, chunk.end)
-    best_overlap = -1
-    for match in SENTENCE.finditer(chunk.text):
-        piece = match.group().strip()
-        overlap = len(words & content_words(piece))
-        if piece and overlap > best_overlap:
-            offset = match.start() + match.group().index(piece)
-            best = (piece, chunk.start + offset, chunk.start + offset + len(piece))
-            best_overlap = overlap
-    return best
+    pieces = sentence_spans(chunk.text) or [(chunk.text, 0, len(chunk.text))]
+    piece, start, end = max(pieces, key=lambda p: len(words & content_words(p[0])))
+    return piece, chunk.start + start, chunk.start + end
 
 
 class CitationChecker:
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, strict: bool = True) -> None:
         self.threshold = threshold
+        self.strict = strict
 
     def check(
         self, text: str, question: str, sources: list[PromptSource]
-    ) -> tuple[str, list[Citation]]:
-        """The answer with only supported [n] markers, and the citations they stand for."""
+    ) -> tuple[str, list[Citation], bool]:
+        """The answer with only supported [n] markers, the citations they stand for, and
+        whether every sentence of it is supported."""
         by_n = {s.n: s.chunk for s in sources}
         cited: dict[int, Citation] = {}
         sentences = []
+        every_sentence = True
         for match in SENTENCE.finditer(text):
             raw = match.group()
             plain = CITATION.sub("", raw).strip()
@@ -214,7 +139,7 @@ class CitationChecker:
                 continue
             markers = [int(n) for n in CITATION.findall(raw)]
             candidates = [n for n in dict.fromkeys(markers) if n in by_n] or list(by_n)
-            scores = [support_score(plain, question, by_n[n]) for n in candidates]
+            scores = [support_score(plain, question, by_n[n], self.strict) for n in candidates]
             supported = [
                 (n, s) for n, s in zip(candidates, scores, strict=True) if s >= self.threshold
             ]
@@ -236,9 +161,11 @@ class CitationChecker:
                         quote,
                         round(score, 3),
                     )
+            every_sentence = every_sentence and bool(supported)
             marks = "".join(f" [{n}]" for n, _ in supported)
             sentences.append(_with_marks(plain, marks))
-        return " ".join(sentences).strip(), sorted(cited.values(), key=lambda c: c.n)
+        answer = " ".join(sentences).strip()
+        return answer, sorted(cited.values(), key=lambda c: c.n), every_sentence and bool(cited)
 
 
 def _with_marks(sentence: str, marks: str) -> str:
@@ -259,15 +186,19 @@ class AnswerService:
     def __init__(
         self,
         retriever: Retriever,
+        selector: EvidenceSelector,
+        answerability: Answerability,
         builder: PromptBuilder,
         settings: AnswerSettings,
         reranker: Reranker | None = None,
     ) -> None:
         self.retriever = retriever
+        self.selector = selector
+        self.answerability = answerability
         self.builder = builder
         self.settings = settings
         self.reranker = reranker
-        self.checker = CitationChecker(settings.support_threshold)
+        self.checker = CitationChecker(settings.support_threshold, settings.strict_support)
 
     async def answer(
         self, access: AccessFilter, question: str, generate: Generate, top_k: int | None = None
@@ -280,15 +211,31 @@ class AnswerService:
         if self.reranker is not None and chunks:
             chunks = await self.reranker.rerank(question, chunks, generate)
         reranked = time.perf_counter()
+        ranked = await asyncio.to_thread(self.selector.rank, question, chunks)
+        evidence = ranked[: self.selector.settings.sentences]
+        probability = self.answerability.probability(
+            signals(question, ranked, retrieval.best_similarity)
+        )
+        selected = time.perf_counter()
         timings = {
             "retrieval_ms": _ms(started, retrieved),
             "rerank_ms": _ms(retrieved, reranked),
+            "evidence_ms": _ms(reranked, selected),
         }
-        if not chunks or retrieval.best_similarity < self.settings.refusal_threshold:
+        if not evidence or probability < self.answerability.refuse_below:
             timings["total_ms"] = _ms(started, time.perf_counter())
-            yield AnswerEvent(REFUSAL, AnswerResult(REFUSAL, True, timings=timings))
+            result = refusal(probability)
+            result.timings = timings
+            yield AnswerEvent(REFUSAL, result)
             return
-        prompt = await asyncio.to_thread(self.builder.build, question, chunks)
+        prompt = await asyncio.to_thread(
+            self.builder.build, question, [s.as_source() for s in evidence]
+        )
+        if self.settings.style == "quote":
+            result = self._quote(prompt, evidence, probability)
+            result.timings = timings | {"total_ms": _ms(started, time.perf_counter())}
+            yield AnswerEvent(result.answer, result)
+            return
         text, token_ids, first_token, cached_tokens = "", [], None, 0
         params = SamplingParams(max_tokens=self.settings.max_tokens, temperature=0)
         async for output in generate(prompt.token_ids, params, prompt.narrowing):
@@ -300,7 +247,7 @@ class AnswerService:
             text, token_ids = completion.text, completion.token_ids
             cached_tokens = output.num_cached_tokens
         generated = time.perf_counter()
-        result = self._finish(text, question, prompt)
+        result = self._finish(text, question, prompt, evidence, probability)
         checked = time.perf_counter()
         result.usage = {
             "prompt_tokens": len(prompt.token_ids),
@@ -316,16 +263,66 @@ class AnswerService:
         }
         yield AnswerEvent(result=result)
 
-    def _finish(self, text: str, question: str, prompt: BuiltPrompt) -> AnswerResult:
+    def _finish(
+        self,
+        text: str,
+        question: str,
+        prompt: BuiltPrompt,
+        evidence: list[Sentence],
+        probability: float,
+    ) -> AnswerResult:
         logger.debug("model answer to %r: %r", question, text)
         # A small model sometimes copies the spotlighting marks from the evidence.
         text = text.replace(DATAMARK, " ")
-        if not text.strip() or REFUSAL.lower().rstrip(".") in text.lower():
-            return AnswerResult(REFUSAL, True)
-        answer, citations = self.checker.check(text, question, prompt.sources)
-        if not citations:
-            return AnswerResult(REFUSAL, True)
-        return AnswerResult(answer, False, citations)
+        declined = not text.strip() or REFUSAL.lower().rstrip(".") in text.lower()
+        if not declined:
+            answer, citations, supported = self.checker.check(text, question, prompt.sources)
+            best = (evidence[0].chunk.doc_id, evidence[0].start)
+            # Measured on the development set: a supported answer that does not rest on the best
+            # evidence sentence is rarely right; the quote of that sentence more often is.
+            if supported and best in {(c.doc_id, c.start) for c in citations}:
+                return AnswerResult(answer, "generated", citations, answerability=probability)
+        if self.settings.extractive_fallback:
+            return self._quote(prompt, evidence, probability)
+        return refusal(probability)
+
+    def _quote(
+        self, prompt: BuiltPrompt, evidence: list[Sentence], probability: float
+    ) -> AnswerResult:
+        """The best sentence quoted, with the next when it scores within quote_margin, if
+        answerability is confident enough to quote; else the refusal."""
+        if probability < self.answerability.quote_above:
+            return refusal(probability)
+        margin = self.settings.quote_margin
+        close = [s for s in evidence[1:2] if evidence[0].score - s.score <= margin]
+        return quote(prompt, [evidence[0], *close], probability)
+
+
+def quote(prompt: BuiltPrompt, chosen: list[Sentence], probability: float) -> AnswerResult:
+    """The chosen evidence sentences, quoted exactly, each citing its number and span."""
+    numbered = {(s.chunk.doc_id, s.chunk.start): s.n for s in prompt.sources}
+    pieces, citations = [], []
+    for sentence in chosen:
+        n = numbered.get((sentence.chunk.doc_id, sentence.start))
+        if n is None:  # left out of the prompt by its token budget
+            continue
+        chunk = sentence.chunk
+        citations.append(
+            Citation(
+                n,
+                chunk.doc_id,
+                chunk.chunk_id,
+                chunk.title,
+                sentence.start,
+                sentence.end,
+                sentence.text,
+                1.0,
+            )
+        )
+        pieces.append(f"{sentence.text} [{n}]")
+    if not citations:
+        return refusal(probability)
+    return AnswerResult(" ".join(pieces), "extractive", citations, answerability=probability)
 
 
 def _ms(start: float, end: float) -> float:

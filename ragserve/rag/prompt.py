@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from ragserve.engine.cache_salt import Narrowing
 from ragserve.rag.documents import ScoredChunk, evidence_salt
 
-TEMPLATE_VERSION = "rag-prompt-v2"
+TEMPLATE_VERSION = "rag-prompt-v3"
 REFUSAL = "I could not find this in the documents you can access."
 DATAMARK = "ˆ"
 

@@ -25,7 +25,7 @@ class RetrievalSettings:
 class Retrieval:
     chunks: list[ScoredChunk]
     # Cosine similarity of the closest permitted chunk: RRF scores only rank, this measures how
-    # close the evidence is, and is what the refusal threshold is calibrated on.
+    # close the evidence is (one of answerability's signals).
     best_similarity: float
 
 

@@ -74,7 +74,9 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
 def answer_json(result: AnswerResult) -> dict[str, Any]:
     return {
         "answer": result.answer,
+        "mode": result.mode,
         "refused": result.refused,
+        "answerability": result.answerability,
         "citations": [asdict(c) for c in result.citations],
         "usage": result.usage,
         "timings": result.timings,
@@ -212,6 +214,7 @@ async def rag_chat_completion(
                 "usage": result.usage
                 or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
                 "citations": [asdict(c) for c in result.citations],
+                "mode": result.mode,
                 "refused": result.refused,
             }
         )
@@ -230,6 +233,7 @@ async def rag_chat_completion(
                         "stop",
                         {
                             "citations": [asdict(c) for c in event.result.citations],
+                            "mode": event.result.mode,
                             "refused": event.result.refused,
                         },
                     )

@@ -2,7 +2,7 @@
 then command-line flags, each overriding the one before."""
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import (
@@ -23,7 +23,7 @@ class ServerSettings(BaseSettings):
     port: int = 8000
     data_dir: Path = Path("data")
     model: str = DEFAULT_MODEL
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     # Engine limits (see EngineConfig).
     kv_cache_memory_bytes: int = Field(2 << 30, ge=1)
     max_model_len: int | None = None
@@ -48,13 +48,22 @@ class ServerSettings(BaseSettings):
     retrieval_top_k: int = Field(5, ge=1, le=100)
     retrieval_candidates: int = Field(30, ge=1, le=1000)
     max_upload_bytes: int = Field(20 << 20, ge=1)
-    # Answers: refuse below this similarity of the closest permitted chunk; keep citations at
-    # or above this support; spotlight (datamark) retrieved text. reranker: none, "llm" (the
+    # Answers: the prompt carries the best evidence_sentences of the retrieved chunks; the
+    # answerability model (a file as `ragserve eval calibrate` writes; default: the one in the
+    # package) decides refusals and the extractive fallback; citations are kept at or above
+    # support_threshold; retrieved text is spotlighted (datamark). reranker: none, "llm" (the
     # served model judges each chunk), or a sentence-transformers CrossEncoder folder.
-    refusal_threshold: float = Field(0.5, ge=-1, le=1)
+    evidence_sentences: int = Field(3, ge=1, le=20)
+    answerability_file: Path | None = None
+    # "quote": the best evidence quoted, without a model call; "generate": the model answers
+    # from the evidence (checked; the quote as fallback when extractive_fallback). With the
+    # default 135M model quoting is measured more often right and faster (docs/evaluation.md);
+    # a stronger model may earn "generate".
+    answer_style: Literal["generate", "quote"] = "quote"
+    extractive_fallback: bool = True
     support_threshold: float = Field(0.6, ge=0, le=1)
-    answer_max_tokens: int = Field(160, ge=1)
-    evidence_budget_tokens: int = Field(1200, ge=64)
+    answer_max_tokens: int = Field(48, ge=1)
+    evidence_budget_tokens: int = Field(256, ge=64)
     datamark: bool = True
     reranker: str | None = None
     # Response cache (off by default).

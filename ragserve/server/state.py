@@ -7,8 +7,10 @@ from pathlib import Path
 
 from ragserve.engine.engine import LLMEngine
 from ragserve.rag.answer import AnswerService, AnswerSettings
+from ragserve.rag.answerability import Answerability
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.embeddings import Embedder
+from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.prompt import PromptBuilder
 from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker, Reranker
@@ -103,13 +105,15 @@ class RagServices:
         )
         answers = AnswerService(
             retriever,
+            EvidenceSelector(embedder, EvidenceSettings(sentences=settings.evidence_sentences)),
+            Answerability.load(settings.answerability_file),
             builder,
             AnswerSettings(
                 top_k=settings.retrieval_top_k,
-                refusal_threshold=settings.refusal_threshold,
                 support_threshold=settings.support_threshold,
                 max_tokens=settings.answer_max_tokens,
-                evidence_budget=settings.evidence_budget_tokens,
+                extractive_fallback=settings.extractive_fallback,
+                style=settings.answer_style,
             ),
             make_reranker(settings.reranker, engine),
         )

@@ -200,9 +200,16 @@ def test_cache_oracle_rebuilds_the_answer_prompt_and_finds_no_leak(server):
         server.state.settings.answer_max_tokens,
         server.state.settings.evidence_budget_tokens,
         server.state.settings.datamark,
+        evidence_sentences=server.state.settings.evidence_sentences,
         trials=2,
     )
-    report = Oracle(settings).run()
+    # Quoted answers never reach the model; the probe needs answers whose prompt it runs.
+    answers = server.state.rag.answers
+    answers.settings.style = "generate"
+    try:
+        report = Oracle(settings).run()
+    finally:
+        answers.settings.style = "quote"
     assert report["verified_trials"] == 2 and report["unverified_trials"] == 0
     assert report["right"]["cached_tokens"] == report["wrong"]["cached_tokens"]
     # The control repeats a prompt the outsider sent: a cache hit the probe can see.

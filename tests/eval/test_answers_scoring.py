@@ -11,7 +11,7 @@ def citation(n: int, chunk_id: str) -> Citation:
 def test_cited_sentences_pair_each_sentence_with_its_passages():
     result = AnswerResult(
         "Bees make honey [1]. They also make wax [1] [2]. Nobody knows why.",
-        False,
+        "generated",
         [citation(1, "c1"), citation(2, "c2")],
     )
     sentences = cited_sentences(result, {"c1": "P1", "c2": "P2"})
@@ -22,10 +22,24 @@ def test_cited_sentences_pair_each_sentence_with_its_passages():
     ]
 
 
+def test_markers_after_the_full_stop_belong_to_that_sentence():
+    result = AnswerResult(
+        "The Song dynasty ruled from 960 to 1279. [1] He reigned until 976. [2]",
+        "extractive",
+        [citation(1, "c1"), citation(2, "c2")],
+    )
+    sentences = cited_sentences(result, {"c1": "P1", "c2": "P2"})
+    assert [(s.text, s.passages) for s in sentences] == [
+        ("The Song dynasty ruled from 960 to 1279.", ["P1"]),
+        ("He reigned until 976.", ["P2"]),
+    ]
+
+
 def record(kind: str, refused: bool, **fields) -> dict:
     timings = {"retrieval_ms": 10.0, "total_ms": 100.0}
     usage = {} if refused else {"prompt_tokens": 300, "completion_tokens": 20}
     base = {"kind": kind, "refused": refused, "gold_retrieved": True, "timings": timings}
+    base["mode"] = "refused" if refused else "generated"
     return base | {"usage": usage} | fields
 
 

@@ -165,3 +165,18 @@ def test_safety_suites_find_no_leak(inputs):
     injection = report["injection"]["summary"]
     assert set(injection) == {"spotlighting", "no spotlighting", "control: asked directly"}
     assert all(s["cases"] == 2 for s in injection.values())
+
+
+def test_calibrate_fits_and_saves_an_answerability_model(inputs):
+    from ragserve.rag.answerability import Answerability
+
+    folder, common = inputs
+    saved = folder / "answerability.json"
+    report = run_eval(folder, common, "calibrate", "--folds", "2", "--save-to", str(saved))
+    assert len(report["signals"]) == len(QUESTIONS)
+    assert 0.0 <= report["figures"]["cv_auc"] <= 1.0
+    model = Answerability.load(saved)
+    assert model.features == tuple(report["model"]["features"])
+    assert 0.0 <= model.refuse_below <= 1.0
+    signals = report["signals"][0]
+    assert 0.0 <= model.probability(signals) <= 1.0

@@ -117,10 +117,11 @@ def test_board_member_gets_a_cited_answer(server, rag):
     assert citation["doc_id"] == rag["ids"]["secret"]
     assert SECRET[citation["start"] : citation["end"]] == citation["quote"]
     assert f"[{citation['n']}]" in answer["answer"]
+    # Quoted (the default style): no model call, so no token counts or time to first token.
+    assert answer["mode"] == "extractive" and answer["usage"] == {}
     timings = answer["timings"]
-    assert timings["retrieval_ms"] > 0 and timings["total_ms"] >= timings["ttft_ms"]
-    assert 0 <= timings["check_ms"] <= timings["total_ms"] - timings["ttft_ms"]
-    assert answer["usage"]["prompt_tokens"] == timings["prompt_tokens"]
+    assert timings["retrieval_ms"] > 0 and timings["evidence_ms"] > 0
+    assert timings["total_ms"] >= timings["retrieval_ms"] + timings["evidence_ms"]
 
 
 @pytest.mark.parametrize(
@@ -253,3 +254,18 @@ def test_response_cache_keeps_answers_within_their_readers(server, rag):
     ).raise_for_status()
     ask(server, rag["board"], question)
     assert _metric(server, hits) == before + 1
+
+
+def test_lake_quenmar_is_answered_from_the_sentence_that_says_it(server, rag):
+    text = (
+        "Lake Quenmar is a freshwater lake in the fictional country of Ostravia. "
+        "Its maximum depth is 212 metres and it freezes every January."
+    )
+    doc = _post(server, rag["writer"], {"text": text, "acl": {"groups": ["staff"]}})
+    answer, _ = ask(server, rag["staff"], "How deep can Lake Quenmar get?")
+    assert answer["mode"] in ("generated", "extractive"), answer
+    assert "212 metres" in answer["answer"]
+    citation = answer["citations"][0]
+    assert citation["doc_id"] == doc
+    assert text[citation["start"] : citation["end"]] == citation["quote"]
+    assert "212 metres" in citation["quote"]

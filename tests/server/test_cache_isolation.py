@@ -28,6 +28,7 @@ def live(tmp_path_factory, embedder) -> Iterator[LiveServer]:
         dtype="float32",
         max_num_batched_tokens=256,
         answer_max_tokens=8,
+        answer_style="generate",  # the prompt must run for its blocks to enter the cache
         response_cache=False,
     )
     engine = LLMEngine(
@@ -82,7 +83,8 @@ def test_a_guess_at_restricted_text_learns_nothing_from_the_prefix_cache(live):
     state = live.state
     bob_access = access_for(Principal("bob", frozenset({"staff", "board"}), "default", "reader", 0))
     chunks = state.rag.retriever.retrieve(bob_access, QUESTION).chunks
-    prompt = state.rag.answers.builder.build(QUESTION, chunks)
+    evidence = state.rag.answers.selector.select(QUESTION, chunks)
+    prompt = state.rag.answers.builder.build(QUESTION, [s.as_source() for s in evidence])
     assert any(s.chunk.doc_id == memo_id for s in prompt.sources)
     memo_n = next(s.n for s in prompt.sources if s.chunk.doc_id == memo_id)
     cut = prompt.text[: prompt.text.index(f"</source {memo_n}>")]

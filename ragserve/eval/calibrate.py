@@ -1,0 +1,168 @@
+"""`ragserve eval calibrate`: fit the answerability model on a QA set's answerable and
+unanswerable questions.
+
+For every question the product's own retrieval and evidence selection run over the evaluation
+index, and the signals of answerability.py are measured. A logistic regression (scikit-learn,
+features standardised, L2) is fitted; its quality is judged on out-of-fold probabilities from
+stratified k-fold cross-validation, never on the questions a fold was fitted on, and so is the
+refusal threshold: the probability that maximises refusal F1 (refused vs unanswerable) on the
+out-of-fold predictions, the lower one on ties, so fewer answerable questions are refused.
+The final model is refitted on every question and written as the versioned file the product
+loads (answerability.json), with the figures it was chosen by.
+"""
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from ragserve.eval.context import EvalContext
+from ragserve.eval.index import everything
+from ragserve.eval.metrics import precision_recall_f1
+from ragserve.rag.answerability import Answerability, signals
+from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
+from ragserve.reports import markdown_table, run_section, write_report
+
+# Chosen on the development set by cross-validated AUC and refusal F1 among the signals of
+# answerability.py (docs/evaluation.md lists the others' figures).
+FEATURES = ("best_chunk", "best_similarity", "top_two_same_document")
+SIGNALS = (
+    "best_chunk",
+    "best_score",
+    "best_similarity",
+    "margin",
+    "coverage",
+    "top_two_same_document",
+)
+
+
+def measure(context: EvalContext) -> list[dict[str, Any]]:
+    """Each question's answerability signals and label (1: answerable)."""
+    retriever = context.retriever()
+    settings = EvidenceSettings(sentences=context.settings.evidence_sentences)
+    selector = EvidenceSelector(context.embedder, settings)
+    rows = []
+    for item in context.items:
+        retrieval = retriever.retrieve(everything(), item.question)
+        ranked = selector.rank(item.question, retrieval.chunks)
+        measured = signals(item.question, ranked, retrieval.best_similarity)
+        rows.append({"qid": item.qid, "answerable": int(item.answerable), **measured})
+    return rows
+
+
+def _model(c: float) -> Any:
+    return make_pipeline(StandardScaler(), LogisticRegression(C=c))
+
+
+def best_threshold(probabilities: np.ndarray, answerable: np.ndarray) -> tuple[float, float]:
+    """The refusal threshold maximising refusal F1, and that F1."""
+    best = (0.0, -1.0)
+    for threshold in np.unique(np.concatenate([[0.0], probabilities])):
+        refused = probabilities < threshold
+        f1 = precision_recall_f1(list(refused), list(answerable == 0)).f1
+        if f1 > best[1] + 1e-12:
+            best = (float(threshold), f1)
+    return best
+
+
+def fit(
+    rows: list[dict[str, Any]], folds: int = 5, seed: int = 0, c: float = 1.0
+) -> tuple[Answerability, dict[str, Any]]:
+    x = np.array([[row[f] for f in FEATURES] for row in rows])
+    y = np.array([row["answerable"] for row in rows])
+    splits = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    out_of_fold = cross_val_predict(_model(c), x, y, cv=splits, method="predict_proba")[:, 1]
+    threshold, f1 = best_threshold(out_of_fold, y)
+    refused = out_of_fold < threshold
+    final = _model(c).fit(x, y)
+    scaler, logistic = final[0], final[1]
+    # Fold the standardisation into the weights: the product applies plain logistic weights.
+    weights = logistic.coef_[0] / scaler.scale_
+    bias = float(logistic.intercept_[0] - np.sum(weights * scaler.mean_))
+    model = Answerability(
+        version=f"answerability-{len(rows)}q-{folds}fold",
+        features=FEATURES,
+        weights=tuple(float(w) for w in weights),
+        bias=bias,
+        refuse_below=threshold,
+        quote_above=threshold,
+    )
+    figures = {
+        "questions": len(rows),
+        "answerable": int(y.sum()),
+        "folds": folds,
+        "cv_auc": float(roc_auc_score(y, out_of_fold)),
+        "cv_refusal_f1": f1,
+        "cv_answerable_refused": float(refused[y == 1].mean()),
+        "cv_unanswerable_refused": float(refused[y == 0].mean()),
+        "single_signal_auc": {
+            f: float(roc_auc_score(y, [row[f] for row in rows])) for f in SIGNALS
+        },
+        "out_of_fold": [float(p) for p in out_of_fold],
+        "labels": [int(v) for v in y],
+    }
+    return model, figures
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    figures, model = report["figures"], report["model"]
+    rows = [[name, auc] for name, auc in figures["single_signal_auc"].items()]
+    weights = [[f, w] for f, w in zip(model["features"], model["weights"], strict=True)]
+    return "\n".join(
+        [
+            "# Answerability calibration",
+            "",
+            f"{figures['questions']} questions ({figures['answerable']} answerable), "
+            f"{figures['folds']}-fold cross-validation.",
+            "",
+            f"Out-of-fold AUC {figures['cv_auc']:.3f}; at the chosen threshold "
+            f"{model['refuse_below']:.3f}: refusal F1 {figures['cv_refusal_f1']:.3f}, answerable "
+            f"refused {figures['cv_answerable_refused']:.3f}, unanswerable refused "
+            f"{figures['cv_unanswerable_refused']:.3f}.",
+            "",
+            "Each signal alone (AUC):",
+            "",
+            markdown_table(["signal", "AUC"], rows),
+            "",
+            "Fitted on every question (raw-feature weights):",
+            "",
+            markdown_table(["feature", "weight"], [*weights, ["bias", model["bias"]]]),
+            "",
+            run_section(report["meta"]),
+        ]
+    )
+
+
+def write(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    figures = report["figures"]
+
+    def reliability(figure: Any) -> None:
+        axes = figure.subplots()
+        p = np.array(figures["out_of_fold"])
+        y = np.array(figures["labels"])
+        edges = np.linspace(0, 1, 6)
+        centres, shares, counts = [], [], []
+        for low, high in itertools.pairwise(edges):
+            inside = (p >= low) & (p < high if high < 1 else p <= high)
+            if inside.any():
+                centres.append(p[inside].mean())
+                shares.append(y[inside].mean())
+                counts.append(int(inside.sum()))
+        axes.plot([0, 1], [0, 1], linestyle="--", color="grey")
+        axes.plot(centres, shares, marker="o")
+        for x, s, n in zip(centres, shares, counts, strict=True):
+            axes.annotate(str(n), (x, s), textcoords="offset points", xytext=(4, -10))
+        axes.axvline(report["model"]["refuse_below"], color="red", linewidth=1)
+        axes.set_xlabel("out-of-fold probability of answerable")
+        axes.set_ylabel("share answerable")
+        axes.set_title("Answerability calibration (questions per bin)")
+
+    return write_report(
+        out_dir, "calibrate", report, to_markdown(report), {"reliability": reliability}
+    )

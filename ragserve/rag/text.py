@@ -1,0 +1,154 @@
+"""Words, sentences, numbers and names of English text: what evidence selection, the citation
+check and answerability read."""
+
+import re
+
+CITATION = re.compile(r"\s*\[(\d+)\]")
+# A sentence ends at . ! ? before a space or the end, or at a line break ("6.3" stays whole).
+SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|(?=\n)|$)")
+WORD = re.compile(r"[a-z0-9]+")
+NUMBER = re.compile(r"\d[\d,.]*\d|\d")
+# Capitalised words (with inner hyphens or apostrophes) joined by single spaces or hyphens.
+NAME_PHRASE = re.compile(r"[A-Z][\w'’]*(?:[ -][A-Z][\w'’]*)+")
+STOPWORDS = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "and",
+        "or",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "as",
+        "which",
+        "who",
+        "whom",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "not",
+        "no",
+        "yes",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "there",
+        "their",
+        "they",
+        "them",
+        "he",
+        "she",
+        "his",
+        "her",
+        "i",
+        "you",
+        "we",
+        "our",
+        "answer",
+    ]
+)
+STEM_CHARS = 6
+NUMBER_WORDS = {
+    word: str(value)
+    for value, word in enumerate(
+        [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        ]
+    )
+}
+
+
+def content_words(text: str) -> set[str]:
+    """Content words cut to their first letters, a crude stem (launch, launches, launched),
+    with small numbers as digits (four, 4)."""
+    words = (NUMBER_WORDS.get(w, w) for w in WORD.findall(text.lower()))
+    return {w[:STEM_CHARS] for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+
+
+def sentence_spans(text: str) -> list[tuple[str, int, int]]:
+    """The text's sentences, stripped, with their character spans in it."""
+    spans = []
+    for match in SENTENCE.finditer(text):
+        piece = match.group().strip()
+        if piece:
+            start = match.start() + match.group().index(piece)
+            spans.append((piece, start, start + len(piece)))
+    return spans
+
+
+def numbers(text: str) -> set[str]:
+    return {n.replace(",", "").rstrip(".") for n in NUMBER.findall(text)}
+
+
+def _normalised(text: str) -> str:
+    return " " + " ".join(re.findall(r"[\w'’]+", text.lower())) + " "
+
+
+def introduced_phrases(sentence: str, question: str) -> list[str]:
+    """Multi-word names and terms of the sentence that the question does not give, without a
+    leading stopword ("The Russian Messenger" -> "Russian Messenger")."""
+    phrases = []
+    asked = _normalised(question)
+    for match in NAME_PHRASE.finditer(sentence):
+        words = match.group().replace("-", " ").split()
+        while words and words[0].lower() in STOPWORDS:
+            words = words[1:]
+        if len(words) > 1 and _normalised(" ".join(words)) not in asked:
+            phrases.append(" ".join(words))
+    return phrases
+
+
+def contains_phrase(text: str, phrase: str) -> bool:
+    """The phrase's words, in order and adjacent, in the text (case, hyphens and punctuation
+    aside)."""
+    return _normalised(phrase) in _normalised(text)
