@@ -58,9 +58,9 @@ class AnswerSettings:
     strict_support: bool = True
     # A quote also takes the second-best sentence when its score is within this of the best.
     quote_margin: float = 0.05
-    # "generate": the model answers from the evidence, checked, with the quote as fallback;
-    # "quote": the best evidence quoted, no model call.
-    style: Literal["generate", "quote"] = "generate"
+    # "quote": the best evidence quoted, no model call; "generate": the model answers from the
+    # evidence, checked, with the quote as fallback (ServerSettings.answer_style says why).
+    style: Literal["generate", "quote"] = "quote"
 
 
 @dataclass

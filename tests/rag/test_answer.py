@@ -99,7 +99,7 @@ def service(store, embedder, tokenizer) -> AnswerService:
         EvidenceSelector(embedder),
         Answerability.load(),
         PromptBuilder(tokenizer, 2048, 48, 1200),
-        AnswerSettings(),
+        AnswerSettings(style="generate"),
     )
 
 
