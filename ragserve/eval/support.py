@@ -18,9 +18,8 @@ import re
 import numpy as np
 
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.text import SENTENCE
+from ragserve.rag.text import NUMBER, SENTENCE
 
-NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 NAME = re.compile(r"(?<=\s)[A-Z][\w'-]+")
 
 

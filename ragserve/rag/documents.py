@@ -112,6 +112,11 @@ class AccessFilter:
             return Permission.MANAGE
         return document.acl.permission_of(self.user, self.groups)
 
+    def may(self, document: "DocumentRecord | None", needed: Permission) -> bool:
+        """Whether this reader holds at least `needed` on the document (None: not visible)."""
+        level = self.permission_on(document) if document is not None else None
+        return level is not None and level >= needed
+
 
 @dataclass
 class DocumentRecord:

@@ -122,7 +122,7 @@ def _forbidden() -> APIError:
 
 def _require(access: AccessFilter, document: DocumentRecord, needed: Permission) -> None:
     """403 naming the missing permission; only for documents the caller can see."""
-    if (access.permission_on(document) or 0) < needed:
+    if not access.may(document, needed):
         raise APIError(
             403,
             f"{access.user!r} may not {ACTIONS[needed]} document {document.doc_id!r}: that "

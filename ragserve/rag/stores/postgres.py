@@ -219,8 +219,7 @@ class PostgresStore:
 
     def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
         found = self._documents(access, doc_id)
-        level = access.permission_on(found[0]) if found else None
-        return level is not None and level >= needed
+        return access.may(found[0] if found else None, needed)
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
         with self._transaction() as db:
