@@ -18,10 +18,12 @@ class IncrementalDetokenizer:
         prompt_token_ids: list[int],
         stop_strings: tuple[str, ...],
         skip_special_tokens: bool,
+        include_stop_string: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.stop_strings = stop_strings
+        self.include_stop_string = include_stop_string
         self.window = list(prompt_token_ids[-CONTEXT_TOKENS:])
         self.prefix_offset = 0
         self.read_offset = len(self.window)
@@ -31,8 +33,9 @@ class IncrementalDetokenizer:
     def _decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=self.skip_special_tokens)
 
-    def add(self, token_id: int) -> None:
-        """Add one output token; sets stopped_by when the text now contains a stop string."""
+    def add(self, token_id: int, look_for_stops: bool = True) -> None:
+        """Add one output token; sets stopped_by when the text now contains a stop string
+        (only looked for in text added while look_for_stops is true)."""
         self.window.append(token_id)
         before = self._decode(self.window[self.prefix_offset : self.read_offset])
         after = self._decode(self.window[self.prefix_offset :])
@@ -44,12 +47,16 @@ class IncrementalDetokenizer:
         del self.window[: self.prefix_offset]
         self.read_offset -= self.prefix_offset
         self.prefix_offset = 0
-        search_from = max(0, len(self.text) - max((len(s) for s in self.stop_strings), default=0))
+        # A new match must end in the new piece, so it starts at most len(stop) - 1 chars back.
+        longest = max((len(s) for s in self.stop_strings), default=1)
+        search_from = max(0, len(self.text) - (longest - 1))
         self.text += piece
+        if not look_for_stops:
+            return
         for stop in self.stop_strings:
             found = self.text.find(stop, search_from)
             if found != -1:
-                self.text = self.text[:found]
+                self.text = self.text[: found + (len(stop) if self.include_stop_string else 0)]
                 self.stopped_by = stop
                 return
 

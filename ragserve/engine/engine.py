@@ -21,13 +21,14 @@ from ragserve.engine.detokenizer import IncrementalDetokenizer
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError
 from ragserve.engine.kv_cache import DTYPES, KVCache, kv_bytes_per_token
 from ragserve.engine.loader import resolve_model
+from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.model import LlamaModel, ModelSpec
 from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from ragserve.engine.runner import ModelRunner
 from ragserve.engine.sampler import Sampler
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.scheduler import Scheduler
-from ragserve.engine.sequence import Sequence
+from ragserve.engine.sequence import Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,22 @@ class StepTimes:
 
 
 @dataclass
-class _Request:
+class _Choice:
     seq: Sequence
-    prompt: str | None
     detokenizer: IncrementalDetokenizer
+
+
+@dataclass
+class _Request:
+    prompt: str | None
+    choices: list[_Choice]
+    # Choices 1..n-1 wait here until choice 0 has computed the prompt, so that they find its
+    # full blocks in the prefix cache instead of computing the same prompt n times.
+    held: list[Sequence]
+
+    @property
+    def finished(self) -> bool:
+        return all(choice.seq.is_finished for choice in self.choices)
 
 
 class LLMEngine:
@@ -115,8 +128,10 @@ class LLMEngine:
             num_blocks, config.block_size, config.enable_prefix_caching
         )
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(self.model, self.kv_cache, Sampler(config.seed))
         self.eos_token_ids = self._eos_token_ids()
+        self.runner = ModelRunner(
+            self.model, self.kv_cache, Sampler(config.seed), LogitsProcessor(self.eos_token_ids)
+        )
         self._requests: dict[str, _Request] = {}
         self._inbox: list[Sequence] = []
         self._aborts: set[str] = set()
@@ -147,38 +162,51 @@ class LLMEngine:
     ) -> str:
         """Validate and queue a request; raises InvalidRequestError or EngineOverloadedError.
         A string cache_salt is the namespace of the whole prompt (see CacheSalt)."""
+        vocab = self.model.spec.vocab_size
         if isinstance(prompt, str):
             text: str | None = prompt
             token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         else:
             text, token_ids = None, list(prompt)
-            vocab = self.model.spec.vocab_size
             if any(not 0 <= t < vocab for t in token_ids):
                 raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
         if not token_ids:
             raise InvalidRequestError("the prompt is empty")
+        if any(t >= vocab for t in (params.logit_bias or {})):
+            raise InvalidRequestError(f"logit_bias token ids must lie in [0, {vocab})")
         max_tokens = self._max_tokens(len(token_ids), params)
         request_id = request_id or f"req-{next(self._ids)}"
-        seq = Sequence(
-            request_id=request_id,
-            prompt_token_ids=token_ids,
-            params=params,
-            max_tokens=max_tokens,
-            user=user,
-            cache_salt=CacheSalt(cache_salt) if isinstance(cache_salt, str) else cache_salt,
-            priority=priority,
-        )
-        if params.seed is not None:
-            seq.generator = torch.Generator().manual_seed(params.seed)
-        detokenizer = IncrementalDetokenizer(
-            self.tokenizer, token_ids, params.stop_strings, params.skip_special_tokens
-        )
+        salt = CacheSalt(cache_salt) if isinstance(cache_salt, str) else cache_salt
+        choices = []
+        for index in range(params.n):
+            seq = Sequence(
+                request_id=request_id,
+                prompt_token_ids=token_ids,
+                params=params,
+                max_tokens=max_tokens,
+                user=user,
+                cache_salt=salt,
+                priority=priority,
+                index=index,
+            )
+            if params.seed is not None:
+                # Each choice its own stream of noise, reproducible from the request's seed.
+                seq.generator = torch.Generator().manual_seed(params.seed + index)
+            detokenizer = IncrementalDetokenizer(
+                self.tokenizer,
+                token_ids,
+                params.stop_strings,
+                params.skip_special_tokens,
+                params.include_stop_str_in_output,
+            )
+            choices.append(_Choice(seq, detokenizer))
+        held = [choice.seq for choice in choices[1:]]
         with self._lock:
             if request_id in self._requests:
                 raise InvalidRequestError(f"request id {request_id!r} is already in use")
             self._check_queue(len(token_ids))
-            self._requests[request_id] = _Request(seq, text, detokenizer)
-            self._inbox.append(seq)
+            self._requests[request_id] = _Request(text, choices, held)
+            self._inbox.append(choices[0].seq)
         return request_id
 
     def _max_tokens(self, prompt_len: int, params: SamplingParams) -> int:
@@ -231,15 +259,25 @@ class LLMEngine:
         ran = time.perf_counter()
         self.scheduler.postprocess(batch, sampled)
         now = time.monotonic()
+        touched: dict[str, _Request] = {}
         for seq, token in sampled.items():
             request = self._requests[seq.request_id]
+            if request.held:  # the prompt is computed: the other choices can reuse its blocks
+                for held in request.held:
+                    self.scheduler.add(held)
+                request.held = []
             if seq.first_token_time is None:
                 seq.first_token_time = now
-            request.detokenizer.add(token)
-            reason = self._finish_reason(seq, token, request.detokenizer)
+            detokenizer = request.choices[seq.index].detokenizer
+            stop_token = self._is_stop_token(seq.params, token)
+            # A stop token's text is not part of the output unless asked for, as in vLLM.
+            if not stop_token or seq.params.include_stop_str_in_output:
+                detokenizer.add(token, seq.num_output_tokens >= seq.params.min_tokens)
+            reason = "stop" if stop_token else self._finish_reason(seq, detokenizer)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
-            outputs.append(self._output(request))
+            touched[seq.request_id] = request
+        outputs.extend(self._output(request) for request in touched.values())
         times = self.step_times
         times.steps += 1
         times.schedule_s += scheduled - started
@@ -257,19 +295,24 @@ class LLMEngine:
         outputs = []
         for request_id in aborts:
             request = self._requests.get(request_id)
-            if request is not None and not request.seq.is_finished:
-                self.scheduler.finish(request.seq, "abort")
-                outputs.append(self._output(request))
+            if request is None or request.finished:
+                continue
+            for held in request.held:
+                held.status = SequenceStatus.FINISHED
+                held.finish_reason = "abort"
+            request.held = []
+            for choice in request.choices:
+                if not choice.seq.is_finished:
+                    self.scheduler.finish(choice.seq, "abort")
+            outputs.append(self._output(request))
         return outputs
 
-    def _finish_reason(
-        self, seq: Sequence, token: int, detokenizer: IncrementalDetokenizer
-    ) -> str | None:
-        params = seq.params
+    def _is_stop_token(self, params: SamplingParams, token: int) -> bool:
         if not params.ignore_eos and token in self.eos_token_ids:
-            return "stop"
-        if params.stop_token_ids and token in params.stop_token_ids:
-            return "stop"
+            return True
+        return token in (params.stop_token_ids or ())
+
+    def _finish_reason(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> str | None:
         if detokenizer.stopped_by is not None:
             return "stop"
         if seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
@@ -277,38 +320,45 @@ class LLMEngine:
         return None
 
     def _output(self, request: _Request) -> RequestOutput:
-        seq = request.seq
-        finished = seq.is_finished
+        first = request.choices[0].seq
+        finished = request.finished
         if finished:
             with self._lock:
-                self._requests.pop(seq.request_id, None)
-        stop_reason: str | int | None = request.detokenizer.stopped_by
+                self._requests.pop(first.request_id, None)
+        return RequestOutput(
+            request_id=first.request_id,
+            prompt=request.prompt,
+            prompt_token_ids=first.prompt_token_ids,
+            outputs=[self._completion(choice, finished) for choice in request.choices],
+            finished=finished,
+            num_cached_tokens=first.num_cached_tokens,
+            metrics=RequestMetrics(
+                arrival_time=first.arrival_time,
+                first_scheduled_time=first.first_scheduled_time,
+                first_token_time=first.first_token_time,
+                finished_time=max(
+                    (c.seq.finished_time for c in request.choices if c.seq.finished_time),
+                    default=None,
+                )
+                if finished
+                else None,
+                num_preemptions=sum(c.seq.num_preemptions for c in request.choices),
+            ),
+        )
+
+    def _completion(self, choice: _Choice, request_finished: bool) -> CompletionOutput:
+        seq = choice.seq
+        stop_reason: str | int | None = choice.detokenizer.stopped_by
         if stop_reason is None and seq.finish_reason == "stop" and seq.output_token_ids:
             last = seq.output_token_ids[-1]
             stop_reason = None if last in self.eos_token_ids else last
-        return RequestOutput(
-            request_id=seq.request_id,
-            prompt=request.prompt,
-            prompt_token_ids=seq.prompt_token_ids,
-            outputs=[
-                CompletionOutput(
-                    index=0,
-                    text=request.detokenizer.visible_text(finished),
-                    token_ids=list(seq.output_token_ids),
-                    finish_reason=seq.finish_reason,
-                    stop_reason=stop_reason,
-                    logprobs=list(seq.logprobs) if seq.params.logprobs else None,
-                )
-            ],
-            finished=finished,
-            num_cached_tokens=seq.num_cached_tokens,
-            metrics=RequestMetrics(
-                arrival_time=seq.arrival_time,
-                first_scheduled_time=seq.first_scheduled_time,
-                first_token_time=seq.first_token_time,
-                finished_time=seq.finished_time,
-                num_preemptions=seq.num_preemptions,
-            ),
+        return CompletionOutput(
+            index=seq.index,
+            text=choice.detokenizer.visible_text(seq.is_finished or request_finished),
+            token_ids=list(seq.output_token_ids),
+            finish_reason=seq.finish_reason,
+            stop_reason=stop_reason,
+            logprobs=list(seq.logprobs) if seq.params.logprobs else None,
         )
 
     def stats(self) -> EngineStats:

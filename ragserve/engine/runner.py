@@ -11,6 +11,7 @@ import torch
 
 from ragserve.engine.attention import AttentionMetadata, PrefillSpan
 from ragserve.engine.kv_cache import KVCache
+from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.model import LlamaModel
 from ragserve.engine.sampler import Sampler
 from ragserve.engine.scheduler import ScheduledBatch
@@ -18,10 +19,17 @@ from ragserve.engine.sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_cache: KVCache, sampler: Sampler) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        kv_cache: KVCache,
+        sampler: Sampler,
+        logits_processor: LogitsProcessor,
+    ) -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.sampler = sampler
+        self.logits_processor = logits_processor
         self.kv_layers = [kv_cache.layer(i) for i in range(model.spec.num_layers)]
 
     def build_metadata(self, batch: ScheduledBatch) -> AttentionMetadata:
@@ -90,10 +98,12 @@ class ModelRunner:
             return {}, forward_s
         logits = self.model.logits(hidden[torch.tensor(sample_rows)])
         params = [s.params for s in sample_seqs]
-        tokens = self.sampler(logits, params, [s.generator for s in sample_seqs])
+        # Logprobs describe the model's own distribution, so they are read before adjustment.
         for seq, logprobs in zip(
             sample_seqs, self.sampler.top_logprobs(logits, params), strict=True
         ):
             if logprobs is not None:
                 seq.logprobs.append(logprobs)
+        adjusted = self.logits_processor(logits, sample_seqs)
+        tokens = self.sampler(adjusted, params, [s.generator for s in sample_seqs])
         return dict(zip(sample_seqs, tokens, strict=True)), forward_s

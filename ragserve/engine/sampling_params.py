@@ -5,18 +5,37 @@ from dataclasses import dataclass, field
 from ragserve.engine.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
+# Choices per request: each is a sequence of its own in the batch, so n multiplies the work.
+MAX_CHOICES = 16
+# OpenAI's bounds for logit_bias values and for the presence and frequency penalties.
+MAX_LOGIT_BIAS = 100.0
+MAX_PENALTY = 2.0
 
 
 @dataclass
 class SamplingParams:
+    # Completions per prompt; they share the prompt's KV blocks through the prefix cache.
     n: int = 1
     max_tokens: int | None = 16
+    # End-of-sequence and stop tokens are masked, and stop strings not looked for, until this
+    # many tokens have been generated.
+    min_tokens: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
     seed: int | None = None
+    # Divides positive (multiplies negative) logits of every token already in the prompt or
+    # the output; 1 is off.
+    repetition_penalty: float = 1.0
+    # Subtracted once from the logits of tokens the output already holds.
+    presence_penalty: float = 0.0
+    # Subtracted per occurrence in the output.
+    frequency_penalty: float = 0.0
+    # Added to the logits of these token ids before sampling (greedy included).
+    logit_bias: dict[int, float] | None = None
     stop: list[str] | str | None = None
     stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     # Log-probabilities of the this many most likely tokens at each step (of the raw model
@@ -25,16 +44,36 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.n != 1:
-            raise InvalidRequestError("n must be 1: one completion per request is supported")
+        if not 1 <= self.n <= MAX_CHOICES:
+            raise InvalidRequestError(f"n must be in [1, {MAX_CHOICES}], got {self.n}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise InvalidRequestError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise InvalidRequestError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise InvalidRequestError(
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
+            )
         if self.temperature < 0:
             raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
             raise InvalidRequestError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            raise InvalidRequestError(
+                f"repetition_penalty must be > 0 (1 is off), got {self.repetition_penalty}"
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -MAX_PENALTY <= getattr(self, name) <= MAX_PENALTY:
+                raise InvalidRequestError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        for token, bias in (self.logit_bias or {}).items():
+            if token < 0:
+                raise InvalidRequestError(f"logit_bias token ids must be >= 0, got {token}")
+            if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise InvalidRequestError(
+                    f"logit_bias values must be in [-100, 100], got {bias} for token {token}"
+                )
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in stops):
             raise InvalidRequestError("stop strings must not be empty")
@@ -47,3 +86,14 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether anything changes the model's logits before sampling."""
+        return bool(
+            self.min_tokens
+            or self.logit_bias
+            or self.repetition_penalty != 1
+            or self.presence_penalty
+            or self.frequency_penalty
+        )

@@ -25,6 +25,8 @@ class Sequence:
     user: str = "default"
     cache_salt: CacheSalt = field(default_factory=CacheSalt)
     priority: int = 0
+    # Which of the request's n choices this sequence generates.
+    index: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     token_ids: list[int] = field(init=False)
     status: SequenceStatus = SequenceStatus.WAITING

@@ -229,3 +229,81 @@ def test_logprobs_of_the_top_tokens(llm_fp32):
         assert all(v <= 0 for v in top.values())
     plain = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0))[0]
     assert plain.outputs[0].logprobs is None
+
+
+def test_n_choices_share_the_prompt_blocks(llm_fp32):
+    prompt = PROMPTS[2] * 6  # several full blocks
+    params = SamplingParams(n=3, max_tokens=12, temperature=1.0, seed=11)
+    (output,) = llm_fp32.generate(prompt, params)
+    assert [c.index for c in output.outputs] == [0, 1, 2]
+    assert all(c.finish_reason in ("stop", "length") for c in output.outputs)
+    texts = {c.text for c in output.outputs}
+    assert len(texts) > 1, "seeded choices draw different noise"
+    # The same seed gives the same choices again.
+    (again,) = llm_fp32.generate(prompt, params)
+    assert [c.token_ids for c in again.outputs] == [c.token_ids for c in output.outputs]
+    # Choice 1 and 2 reuse the blocks choice 0 computed.
+    block = llm_fp32.engine.config.block_size
+    queries = llm_fp32.engine.block_manager.prefix_cache_hits
+    llm_fp32.generate(PROMPTS[3] * 6, SamplingParams(n=2, max_tokens=2, temperature=0))
+    hits = llm_fp32.engine.block_manager.prefix_cache_hits - queries
+    prompt_blocks = len(llm_fp32.engine.tokenizer.encode(PROMPTS[3] * 6)) // block
+    assert hits >= prompt_blocks
+    assert_no_leak(llm_fp32)
+
+
+def test_aborting_a_request_with_held_choices_frees_everything(llm_fp32):
+    engine = llm_fp32.engine
+    engine.add_request(PROMPTS[0] * 10, SamplingParams(n=4, max_tokens=8), request_id="fan")
+    engine.abort_request("fan")
+    outputs = finish_all(llm_fp32)
+    assert [o.finished for o in outputs] == [True]
+    assert [c.finish_reason for c in outputs[0].outputs] == ["abort"] * 4
+    assert_no_leak(llm_fp32)
+
+
+def test_min_tokens_holds_off_eos_and_stops(llm_fp32):
+    eos = next(iter(llm_fp32.engine.eos_token_ids))
+    # A bias that makes end-of-sequence the greedy choice at every step...
+    ends_at_once = SamplingParams(max_tokens=20, temperature=0, logit_bias={eos: 100})
+    assert llm_fp32.generate(PROMPTS[0], ends_at_once)[0].outputs[0].token_ids == [eos]
+    # ...is held off until min_tokens tokens have been generated.
+    held = SamplingParams(max_tokens=20, temperature=0, logit_bias={eos: 100}, min_tokens=5)
+    tokens = llm_fp32.generate(PROMPTS[0], held)[0].outputs[0].token_ids
+    assert len(tokens) == 6 and tokens[-1] == eos and eos not in tokens[:-1]
+
+
+def test_logit_bias_forces_a_token(llm_fp32):
+    token = llm_fp32.engine.tokenizer.encode(" banana")[0]
+    params = SamplingParams(max_tokens=4, temperature=0, logit_bias={token: 100})
+    assert llm_fp32.generate(PROMPTS[0], params)[0].outputs[0].token_ids == [token] * 4
+
+
+def test_penalties_change_a_repetitive_continuation(llm_fp32):
+    prompt = PROMPTS[4]
+    plain = llm_fp32.generate(prompt, SamplingParams(max_tokens=24, temperature=0))
+    tokens = plain[0].outputs[0].token_ids
+    assert len(set(tokens)) < len(tokens), "the plain continuation repeats tokens"
+    # (The presence penalty alone does not move this prompt's digits and commas; its
+    # arithmetic is checked in test_logits_processor.)
+    for penalty in ({"repetition_penalty": 1.8}, {"frequency_penalty": 2.0}):
+        params = SamplingParams(max_tokens=24, temperature=0, **penalty)
+        penalised = llm_fp32.generate(prompt, params)[0].outputs[0].token_ids
+        assert penalised != tokens, penalty
+        assert len(set(penalised)) / len(penalised) > len(set(tokens)) / len(tokens), penalty
+
+
+def test_stop_string_can_be_kept_in_the_output(llm_fp32):
+    greedy = llm_fp32.generate(PROMPTS[4], SamplingParams(max_tokens=16, temperature=0))
+    text = greedy[0].outputs[0].text
+    stop = text[4:7]
+    dropped = SamplingParams(max_tokens=16, temperature=0, stop=stop)
+    kept = SamplingParams(max_tokens=16, temperature=0, stop=stop, include_stop_str_in_output=True)
+    assert llm_fp32.generate(PROMPTS[4], dropped)[0].outputs[0].text == text[: text.index(stop)]
+    kept_text = llm_fp32.generate(PROMPTS[4], kept)[0].outputs[0].text
+    assert kept_text == text[: text.index(stop) + len(stop)]
+
+
+def test_logit_bias_outside_the_vocabulary_is_refused(llm_fp32):
+    with pytest.raises(InvalidRequestError, match="logit_bias"):
+        llm_fp32.engine.add_request([1, 2, 3], SamplingParams(logit_bias={10**9: 1.0}))
