@@ -51,6 +51,16 @@ class Embedder:
     def tokenizer(self):
         return self._model.tokenizer
 
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of token ids in this model's vocabulary (special tokens dropped)."""
+        size = len(self.tokenizer)
+        if not token_ids or any(not 0 <= t < size for t in token_ids):
+            raise ValueError(
+                f"token ids must be a non-empty list in [0, {size}), the vocabulary of "
+                f"{self.path.name}"
+            )
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
     def count_tokens(self, texts: list[str]) -> int:
         return sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
 

@@ -119,7 +119,7 @@ class ServerMetrics:
         reason = completion.finish_reason or "abort"
         self.request_success.labels(finished_reason=reason).inc()
         self.prompt_tokens.inc(len(output.prompt_token_ids))
-        self.generation_tokens.inc(len(completion.token_ids))
+        self.generation_tokens.inc(sum(len(choice.token_ids) for choice in output.outputs))
         if metrics.queue_time is not None:
             self.queue_time.observe(metrics.queue_time)
         if metrics.time_to_first_token is not None:

@@ -38,6 +38,9 @@ class ServerSettings(BaseSettings):
     default_max_tokens: int = Field(256, ge=1)
     max_concurrent_requests_per_user: int = Field(16, ge=1)
     tokens_per_minute_per_user: int = Field(200_000, ge=1)
+    # OpenAI-compatible bodies ignore fields they do not know (and name them in the
+    # x-ragserve-ignored-fields header), as vLLM does; true refuses them with a 400 instead.
+    strict_request_fields: bool = False
     # Documents and retrieval. store: a path or sqlite:///path, or postgresql://...;
     # default data_dir/index.sqlite.
     store: str | None = None

@@ -2,7 +2,7 @@
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragserve.engine.engine import LLMEngine
@@ -32,8 +32,10 @@ class APIError(Exception):
         type_: str,
         code: str,
         retry_after_s: float | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.param = param
         self.status = status
         self.message = message
         self.type = type_
@@ -64,6 +66,8 @@ class ServerState:
     weights_version: str
     template_version: str
     rag: "RagServices"
+    # Unknown request field names already logged (each is logged once).
+    logged_ignored_fields: set[str] = field(default_factory=set)
 
     @property
     def rag_model_id(self) -> str:

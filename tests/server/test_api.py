@@ -115,7 +115,7 @@ def test_bad_requests_are_400_with_openai_errors(server, alice):
         {"model": MODEL, "messages": MESSAGES, "max_tokens": 100_000},
         {"model": MODEL, "messages": MESSAGES, "temperature": -1},
         {"model": MODEL, "messages": MESSAGES, "top_p": 0},
-        {"model": MODEL, "messages": MESSAGES, "no_such_field": 1},
+        {"model": MODEL, "messages": MESSAGES, "temperature": "hot"},
         {"model": MODEL, "messages": []},
         {"model": MODEL, "messages": [{"role": "user", "content": "word " * 9000}]},
     ]

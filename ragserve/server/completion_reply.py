@@ -1,0 +1,171 @@
+"""The wire format of a completion: the JSON body, or the server-sent events of a stream (one
+per choice and step; usage on every event when continuous_usage_stats asks), and the replay of
+a cached completion as events."""
+
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ragserve.engine.outputs import RequestOutput
+from ragserve.server.async_engine import EngineDeadError, RequestStream
+from ragserve.server.protocol import (
+    PromptTokensDetails,
+    SamplingFields,
+    Usage,
+    error_body,
+    now,
+)
+
+
+@dataclass
+class Choice:
+    text: str
+    finish_reason: str | None
+
+
+@dataclass
+class Completion:
+    """What a response is made of; also what the response cache stores."""
+
+    choices: list[Choice]
+    usage: Usage
+
+
+def usage_of(output: RequestOutput) -> Usage:
+    prompt = len(output.prompt_token_ids)
+    completion = sum(len(choice.token_ids) for choice in output.outputs)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=output.num_cached_tokens),
+    )
+
+
+def completion_of(output: RequestOutput) -> Completion:
+    return Completion([Choice(c.text, c.finish_reason) for c in output.outputs], usage_of(output))
+
+
+def wire_finish_reason(reason: str | None) -> str | None:
+    return {"stop": "stop", "length": "length", "abort": "abort"}.get(reason or "", reason)
+
+
+class Reply:
+    """The wire format of one request's response: a JSON body, or server-sent events."""
+
+    def __init__(
+        self,
+        model: str,
+        body: SamplingFields,
+        request_id: str,
+        chat: bool,
+        echo: str | None,
+    ) -> None:
+        self.model = model
+        self.body = body
+        self.request_id = request_id
+        self.chat = chat
+        self.echo = echo or ""
+        self.kind = "chat.completion" if chat else "text_completion"
+
+    def json(self, result: Completion) -> dict[str, Any]:
+        choices = []
+        for index, choice in enumerate(result.choices):
+            reason = wire_finish_reason(choice.finish_reason)
+            if self.chat:
+                message = {"role": "assistant", "content": choice.text}
+                choices.append(
+                    {"index": index, "message": message, "finish_reason": reason, "logprobs": None}
+                )
+            else:
+                text = self.echo + choice.text
+                choices.append(
+                    {"index": index, "text": text, "finish_reason": reason, "logprobs": None}
+                )
+        return {
+            "id": self.request_id,
+            "object": self.kind,
+            "created": now(),
+            "model": self.model,
+            "choices": choices,
+            "usage": result.usage.model_dump(),
+        }
+
+    def _event(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
+        payload: dict[str, Any] = {
+            "id": self.request_id,
+            "object": self.kind + ".chunk" if self.chat else self.kind,
+            "created": now(),
+            "model": self.model,
+            "choices": choices,
+        }
+        if usage is not None:
+            payload["usage"] = usage.model_dump()
+        return f"data: {json.dumps(payload)}\n\n"
+
+    def _choice(
+        self, index: int, text: str | None, reason: str | None, role: bool = False
+    ) -> dict[str, Any]:
+        if not self.chat:
+            return {"index": index, "text": text or "", "finish_reason": reason, "logprobs": None}
+        delta: dict[str, Any] = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
+
+    def _openings(self, n: int) -> list[str]:
+        """What precedes the generated text of each choice: the role, or the echoed prompt."""
+        if self.chat:
+            return [self._event([self._choice(i, "", None, role=True)]) for i in range(n)]
+        if self.echo:
+            return [self._event([self._choice(i, self.echo, None)]) for i in range(n)]
+        return []
+
+    async def stream(
+        self, stream: RequestStream, finish: Callable[[RequestOutput | None], None]
+    ) -> AsyncIterator[str]:
+        output = None
+        sent = [0] * self.body.n
+        ended = [False] * self.body.n
+        try:
+            for event in self._openings(self.body.n):
+                yield event
+            async for output in stream:
+                usage = usage_of(output) if self.body.continuous_usage else None
+                for choice in output.outputs:
+                    piece = choice.text[sent[choice.index] :]
+                    sent[choice.index] = len(choice.text)
+                    done = choice.finish_reason is not None and not ended[choice.index]
+                    ended[choice.index] = choice.finish_reason is not None
+                    if piece or done:
+                        yield self._event(
+                            [
+                                self._choice(
+                                    choice.index,
+                                    piece if piece or not self.chat else None,
+                                    wire_finish_reason(choice.finish_reason),
+                                )
+                            ],
+                            usage,
+                        )
+                if output.finished and self.body.final_usage:
+                    yield self._event([], usage_of(output))
+            yield "data: [DONE]\n\n"
+        except EngineDeadError as error:
+            payload = error_body(str(error), "server_error", "engine_dead")
+            yield f"data: {json.dumps(payload)}\n\n"
+        finally:
+            finish(output)
+
+    async def replay(self, cached: Completion) -> AsyncIterator[str]:
+        """A cached completion as the events its original stream had (in one piece each)."""
+        for event in self._openings(len(cached.choices)):
+            yield event
+        usage = cached.usage if self.body.continuous_usage else None
+        for index, choice in enumerate(cached.choices):
+            reason = wire_finish_reason(choice.finish_reason)
+            yield self._event([self._choice(index, choice.text, reason)], usage)
+        if self.body.final_usage:
+            yield self._event([], cached.usage)
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,291 @@
+"""The OpenAI completion endpoints on the served model: /v1/chat/completions and
+/v1/completions (chat to the "+rag" model goes to the answer path).
+
+Request path: validate -> model and sampling parameters -> [response cache] -> per-user limits
+-> engine -> stream or collect. A request with n > 1 runs its choices as sequences of one
+engine request; the later ones reuse the prompt's KV blocks through the prefix cache.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.sampling_params import SamplingParams
+from ragserve.server.answers import rag_chat_completion
+from ragserve.server.async_engine import EngineDeadError
+from ragserve.server.auth import Principal
+from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
+from ragserve.server.limits import LimitExceeded
+from ragserve.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+    new_id,
+    unknown_fields,
+)
+from ragserve.server.response_cache import cache_key
+from ragserve.server.state import APIError, ServerState
+
+logger = logging.getLogger(__name__)
+
+DISCONNECT_POLL_S = 0.1
+IGNORED_FIELDS_HEADER = "x-ragserve-ignored-fields"
+
+
+def ignored_fields(state: ServerState, body: BaseModel) -> list[str]:
+    """The body's unknown fields, which are ignored (logged once per name), or a 400 when the
+    server is set to strict_request_fields."""
+    names = unknown_fields(body)
+    if names and state.settings.strict_request_fields:
+        state.metrics.requests_rejected.labels(reason="invalid").inc()
+        raise APIError(
+            400,
+            f"unknown field(s): {', '.join(names)} (this server sets strict_request_fields)",
+            "invalid_request_error",
+            "unknown_field",
+            param=names[0],
+        )
+    for name in names:
+        if name not in state.logged_ignored_fields:
+            state.logged_ignored_fields.add(name)
+            logger.info("ignoring the unknown request field %r (logged once)", name)
+    return names
+
+
+def tell_ignored(response: Response, names: list[str]) -> Response:
+    if names:
+        response.headers[IGNORED_FIELDS_HEADER] = ", ".join(names)
+    return response
+
+
+def completion_routes(state: ServerState, principal: Any) -> APIRouter:
+    router = APIRouter()
+    tokenizer = state.engine.tokenizer
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(
+        body: ChatCompletionRequest, request: Request, who: Principal = Depends(principal)
+    ) -> Response:
+        ignored = ignored_fields(state, body)
+        if body.model == state.rag_model_id:
+            questions = [m.text() for m in body.messages if m.role == "user"]
+            if not questions or not questions[-1].strip():
+                raise APIError(
+                    400,
+                    "a RAG chat needs a user message",
+                    "invalid_request_error",
+                    "invalid_messages",
+                )
+            if body.n != 1:
+                raise APIError(
+                    400,
+                    "the +rag model gives one cited answer: n must be 1",
+                    "invalid_request_error",
+                    "invalid_parameter",
+                    param="n",
+                )
+            response = await rag_chat_completion(state, who, questions[-1], body.stream)
+            return tell_ignored(response, ignored)
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            prompt = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as error:  # a template may refuse a conversation shape
+            raise APIError(
+                400,
+                f"cannot apply the chat template: {error}",
+                "invalid_request_error",
+                "invalid_messages",
+            ) from error
+        token_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        response = await complete(state, body, token_ids, request, who, echo=None)
+        return tell_ignored(response, ignored)
+
+    @router.post("/v1/completions")
+    async def completions(
+        body: CompletionRequest, request: Request, who: Principal = Depends(principal)
+    ) -> Response:
+        ignored = ignored_fields(state, body)
+        if isinstance(body.prompt, str):
+            token_ids = tokenizer.encode(body.prompt, add_special_tokens=False)
+        else:
+            token_ids = list(body.prompt)
+        echo = None
+        if body.echo:
+            echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(token_ids)
+        response = await complete(state, body, token_ids, request, who, echo)
+        return tell_ignored(response, ignored)
+
+    return router
+
+
+def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -> SamplingParams:
+    settings = state.settings
+    requested = body.requested_max_tokens  # type: ignore[attr-defined]
+    if requested is not None and requested > settings.max_tokens_cap:
+        raise APIError(
+            400,
+            f"max_tokens is {requested}; this server allows at most {settings.max_tokens_cap}",
+            "invalid_request_error",
+            "max_tokens_too_large",
+            param="max_tokens",
+        )
+    room = state.engine.max_model_len - prompt_len
+    if room < 1:
+        raise APIError(
+            400,
+            f"the prompt has {prompt_len} tokens; this model's context is "
+            f"{state.engine.max_model_len} tokens (max_model_len)",
+            "invalid_request_error",
+            "context_length_exceeded",
+        )
+    max_tokens = requested if requested is not None else min(settings.default_max_tokens, room)
+    try:
+        return SamplingParams(
+            n=body.n,
+            max_tokens=max_tokens,
+            min_tokens=body.min_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=body.seed,
+            repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            logit_bias=body.logit_bias,
+            stop=body.stop,
+            stop_token_ids=body.stop_token_ids,
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            ignore_eos=body.ignore_eos,
+            skip_special_tokens=body.skip_special_tokens,
+        )
+    except EngineError as error:
+        raise APIError(400, str(error), "invalid_request_error", "invalid_parameter") from error
+
+
+async def complete(
+    state: ServerState,
+    body: SamplingFields,
+    token_ids: list[int],
+    request: Request,
+    who: Principal,
+    echo: str | None,
+) -> Response:
+    """Run one completion request; echo is the prompt text to send back first, if asked."""
+    metrics = state.metrics
+    chat = isinstance(body, ChatCompletionRequest)
+    if body.model != state.model_id:
+        raise APIError(
+            404,
+            f"model {body.model!r} is not served here; try {state.model_id!r}",
+            "invalid_request_error",
+            "model_not_found",
+        )
+    try:
+        params = sampling_params(state, body, len(token_ids))
+    except APIError:
+        metrics.requests_rejected.labels(reason="invalid").inc()
+        raise
+    reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo)
+    key = None
+    if state.cache is not None and body.deterministic:
+        key = cache_key(
+            {
+                "permissions": who.permission_key,
+                "model": [state.model_id, state.weights_version],
+                "template": state.template_version,
+                "index": state.index_version(),
+                "kind": "chat" if chat else "text",
+                "request": body.cache_fields(),
+            }
+        )
+        metrics.response_cache_queries.inc()
+        cached: Completion | None = state.cache.get(key)
+        if cached is not None:
+            metrics.response_cache_hits.inc()
+            if body.stream:
+                return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
+            return JSONResponse(reply.json(cached))
+    try:
+        state.limiter.acquire(who.user, len(token_ids))
+    except LimitExceeded as error:
+        reason = "per_user_concurrency" if "in flight" in error.message else "per_user_tokens"
+        metrics.requests_rejected.labels(reason=reason).inc()
+        raise APIError(
+            429, error.message, "rate_limit_error", reason, error.retry_after_s
+        ) from error
+    try:
+        stream = state.async_engine.add_request(
+            token_ids, params, reply.request_id, who.user, who.tenant, body.priority
+        )
+    except EngineOverloadedError as error:
+        state.limiter.release(who.user, 0)
+        metrics.requests_rejected.labels(reason="queue_full").inc()
+        raise APIError(
+            503, str(error), "server_error", "overloaded", error.retry_after_s
+        ) from error
+    except EngineError as error:
+        state.limiter.release(who.user, 0)
+        metrics.requests_rejected.labels(reason="invalid").inc()
+        raise APIError(
+            error.status_code, str(error), "invalid_request_error", "invalid_request"
+        ) from error
+    except EngineDeadError as error:
+        state.limiter.release(who.user, 0)
+        raise APIError(503, str(error), "server_error", "engine_dead") from error
+
+    def finish(output: RequestOutput | None) -> None:
+        stream.close()
+        state.limiter.release(who.user, usage_of(output).completion_tokens if output else 0)
+        if output is None or not output.finished:
+            metrics.request_success.labels(finished_reason="abort").inc()
+            return
+        metrics.observe_finished(output, stream.token_times)
+        reasons = {c.finish_reason for c in output.outputs}
+        if key is not None and state.cache is not None and reasons <= {"stop", "length"}:
+            state.cache.put(key, completion_of(output))
+
+    if body.stream:
+        return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
+    output = None
+    try:
+        output = await until_done_or_disconnected(stream.final(), request)
+    except EngineDeadError as error:
+        raise APIError(503, str(error), "server_error", "engine_dead") from error
+    finally:
+        finish(output)
+    if output is None:  # the client left; nobody reads this
+        return Response(status_code=499)
+    return JSONResponse(reply.json(completion_of(output)))
+
+
+async def until_done_or_disconnected(
+    work: Awaitable[RequestOutput], request: Request
+) -> RequestOutput | None:
+    """Await work, or return None as soon as the client disconnects (work is cancelled)."""
+
+    async def disconnected() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(DISCONNECT_POLL_S)
+
+    work_task = asyncio.ensure_future(work)
+    watch_task = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch_task.cancel()
+    if work_task in done:
+        return work_task.result()
+    work_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work_task
+    return None
