@@ -85,13 +85,16 @@ def search_latency(store: Store, embedder: Embedder, queries: list[str], k: int)
     }
 
 
-def postgres_strategies(store: Store, embedder: Embedder, queries: list[str], k: int) -> dict:
+def postgres_strategies(url: str, embedder: Embedder, queries: list[str], k: int) -> dict:
+    """Vector search over PostgreSQL with each strategy forced (exact scan, HNSW index)."""
+    from ragserve.rag.stores.postgres import PostgresStore
+
     reader = AccessFilter(TENANT, "reader", ("rare",))
     vectors = embedder.embed(queries)
     results: dict = {}
     exact_ids = []
     for strategy in ("exact", "hnsw"):
-        store.search_strategy = strategy  # type: ignore[attr-defined]
+        store = PostgresStore(url, embedder.dimension, search_strategy=strategy)
         latencies, counts, recalls = [], [], []
         for i, vector in enumerate(vectors):
             ms, found = timed(store.vector_search, reader, vector, k)
@@ -102,6 +105,7 @@ def postgres_strategies(store: Store, embedder: Embedder, queries: list[str], k:
                 exact_ids.append(ids)
             else:
                 recalls.append(len(ids & exact_ids[i]) / max(len(exact_ids[i]), 1))
+        store.close()
         results[strategy] = {
             "p50_ms": percentile(latencies, 50),
             "p99_ms": percentile(latencies, 99),
@@ -109,7 +113,6 @@ def postgres_strategies(store: Store, embedder: Embedder, queries: list[str], k:
         }
         if recalls:
             results[strategy]["recall_at_k_vs_exact"] = statistics.fmean(recalls)
-    store.search_strategy = "auto"  # type: ignore[attr-defined]
     return results
 
 
@@ -122,9 +125,9 @@ def run(store_url: str, limit: int | None, queries: int, k: int, chunk_size: int
     articles = load_wiki(limit=limit)
     texts = [a.text.split(". ")[0][:120] for a in articles[::10][:queries]]
     report["search"] = search_latency(store, embedder, texts, k)
-    if hasattr(store, "search_strategy"):
-        report["postgres_strategies"] = postgres_strategies(store, embedder, texts, k)
     store.close()
+    if store_url.startswith(("postgresql://", "postgres://")):
+        report["postgres_strategies"] = postgres_strategies(store_url, embedder, texts, k)
     return report
 
 

@@ -151,31 +151,6 @@ class DocumentRecord:
         readers = [self.tenant, self.owner, *self.acl.reader_names()]
         return hashlib.sha256(json.dumps(readers).encode()).hexdigest()[:32]
 
-    def columns(self) -> tuple[Any, ...]:
-        """The stored columns, in the stores' INSERT order."""
-        return (
-            self.tenant,
-            self.doc_id,
-            self.owner,
-            self.source,
-            self.title,
-            self.content_hash,
-            self.version,
-            self.ingested_at,
-            self.text_length,
-        )
-
-    @classmethod
-    def from_row(cls, row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> "DocumentRecord":
-        """From (doc_id, tenant, owner, source, title, content_hash, version, ingested_at,
-        text_length, num_chunks) and (kind, name, permission) ACL rows, as both stores select
-        them."""
-        doc_id, tenant, owner, source, title, digest, version, ingested_at, length, chunks = row
-        acl = Acl.from_entries(acl_rows)
-        return cls(
-            doc_id, tenant, owner, source, title, digest, acl, version, ingested_at, chunks, length
-        )
-
 
 def query_terms(text: str, limit: int = 64) -> list[str]:
     """A query's distinct words, lower-cased: all a full-text query is built from, so no user

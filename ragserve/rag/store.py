@@ -10,8 +10,18 @@ from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecor
 
 
 class Store(Protocol):
+    """Documents, their ACLs and their chunks (text, span, embedding), versioned per document.
+
+    Every read takes an AccessFilter and applies it inside its query, so a chunk or document the
+    filter does not admit is never returned, not even to be dropped later. Writes are atomic: a
+    reader sees a document's previous version or its new one, never a mix, and a crash leaves
+    the previous one. Methods are safe to call from several threads.
+    """
+
     def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
-        """Embeddings of the document's current chunks by content hash, for reuse."""
+        """The embeddings of the document's current chunks by content hash ({} if there is no
+        such document), so a re-ingest embeds only chunks whose text changed. No ACL check:
+        ingestion calls it for a document it is about to write."""
         ...
 
     def current_version(self, tenant: str, doc_id: str) -> int:
@@ -19,28 +29,52 @@ class Store(Protocol):
         ...
 
     def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
-        """Store document.version and remove the one before it, in one transaction."""
+        """Store the document as the version after the stored one, with its chunks, replacing
+        the previous version's chunks (and its ACL unless document.keep_acl), in one
+        transaction. Sets document.version, .ingested_at and .num_chunks and each chunk's
+        chunk_id. The caller has checked that the writer may write (see AccessFilter.may)."""
         ...
 
-    def delete_document(self, access: AccessFilter, doc_id: str) -> bool: ...
+    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
+        """Delete the document with its chunks and ACL if the filter may write it; False (and
+        nothing changed) if it does not exist or the filter may not write it."""
+        ...
 
-    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool: ...
+    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
+        """Replace the document's ACL if the filter may manage it; False (nothing changed)
+        otherwise. The owner is not part of the ACL and always keeps access."""
+        ...
 
-    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None: ...
+    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
+        """The document with its ACL and chunk count, or None if it does not exist or the
+        filter may not read it (the two are indistinguishable on purpose)."""
+        ...
 
-    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]: ...
+    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+        """Every document of the filter's tenant it may read, ordered by doc_id."""
+        ...
 
-    def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]: ...
+    def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
+        """Up to k permitted current chunks matching any word of the query, best first. The
+        query's words are extracted (query_terms), so no query syntax reaches the engine.
+        Scores are full-text relevance, higher is better, comparable only within one call and
+        one backend: SQLite gives -BM25 (FTS5), PostgreSQL ts_rank_cd. Retrieval fuses ranks
+        (RRF), never these scores."""
+        ...
 
-    def vector_search(
-        self, access: AccessFilter, vector: np.ndarray, k: int
-    ) -> list[ScoredChunk]: ...
+    def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
+        """Up to k permitted current chunks nearest the unit-length query vector, best first;
+        the score is cosine similarity in [-1, 1] on both backends."""
+        ...
 
     def index_version(self) -> str:
-        """Changes on every write, delete and ACL change."""
+        """An opaque string that changes on every write, delete and ACL change (and differs
+        between stores), so response caches keyed on it forget answers made before."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the connection; the store is unusable afterwards."""
+        ...
 
 
 def open_store(url: str, dimension: int) -> Store:

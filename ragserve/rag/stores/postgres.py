@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 import numpy as np
 import psycopg
@@ -24,10 +25,16 @@ from ragserve.rag.documents import (
     Acl,
     ChunkRecord,
     DocumentRecord,
-    Permission,
     ScoredChunk,
     query_terms,
 )
+from ragserve.rag.stores.rows import (
+    DOCUMENT_COLUMNS,
+    DOCUMENT_SELECT,
+    document_from_row,
+    document_values,
+)
+from ragserve.rag.stores.sql import SqlStore
 
 SCHEMA = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -69,6 +76,7 @@ CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
 
 CHUNK_COLUMNS = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
 MAX_EF_SEARCH = 1000
+SearchStrategy = Literal["auto", "exact", "hnsw"]
 
 
 def access_params(access: AccessFilter) -> dict[str, object]:
@@ -85,12 +93,13 @@ def ts_query(text: str) -> str | None:
     return " | ".join(query_terms(text)) or None
 
 
-class PostgresStore:
-    def __init__(self, url: str, dimension: int) -> None:
+class PostgresStore(SqlStore):
+    def __init__(self, url: str, dimension: int, search_strategy: SearchStrategy = "auto") -> None:
+        """search_strategy: how vector_search finds neighbours. "auto" picks per query (see the
+        module docstring); "exact" always scans the permitted chunks, "hnsw" always uses the
+        index; those two exist to measure each path alone (`ragserve bench ingest`)."""
         self.dimension = dimension
-        # "auto" picks per query (see the module docstring); "exact" and "hnsw" are for
-        # measuring one path alone.
-        self.search_strategy = "auto"
+        self.search_strategy = search_strategy
         self._db = psycopg.connect(url, autocommit=True)
         self._lock = threading.RLock()
         self._db.execute(SCHEMA.replace("{dimension}", str(dimension)))
@@ -113,7 +122,7 @@ class PostgresStore:
         return self._db.execute("SELECT value FROM rs_meta WHERE key = %s", (key,)).fetchone()[0]
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection]:
+    def _transaction(self, write: bool = False) -> Iterator[psycopg.Connection]:
         with self._lock, self._db.transaction():
             yield self._db
 
@@ -130,78 +139,57 @@ class PostgresStore:
         with self._lock:
             self._db.close()
 
-    # Writes
+    # The SqlStore hooks.
 
-    def current_version(self, tenant: str, doc_id: str) -> int:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT version FROM rs_documents WHERE tenant = %s AND doc_id = %s",
-                (tenant, doc_id),
-            ).fetchone()
+    def _stored_version(self, tenant: str, doc_id: str, for_update: bool) -> int:
+        row = self._db.execute(
+            "SELECT version FROM rs_documents WHERE tenant = %s AND doc_id = %s"
+            + (" FOR UPDATE" if for_update else ""),
+            (tenant, doc_id),
+        ).fetchone()
         return row[0] if row else 0
 
-    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
-                " WHERE c.tenant = %s AND c.doc_id = %s",
-                (tenant, doc_id),
-            ).fetchall()
-        return {h: v.to_numpy().astype(np.float32) for h, v in rows}
-
-    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
-        with self._transaction() as db:
-            row = db.execute(
-                "SELECT version FROM rs_documents WHERE tenant = %s AND doc_id = %s FOR UPDATE",
-                (document.tenant, document.doc_id),
-            ).fetchone()
-            old_version = row[0] if row else 0
-            document.next_version(old_version, chunks)
-            with db.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO rs_chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
-                    " text, content_hash, embedding)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            c.chunk_id,
-                            document.tenant,
-                            document.doc_id,
-                            document.version,
-                            c.index,
-                            c.start,
-                            c.end,
-                            c.text,
-                            c.content_hash,
-                            np.asarray(c.embedding, dtype=np.float32),
-                        )
-                        for c in chunks
-                    ],
-                )
-            if old_version:
-                self._remove_chunks(document.tenant, document.doc_id, old_version)
-            db.execute(
-                "INSERT INTO rs_documents (tenant, doc_id, owner, source, title, content_hash,"
-                " version, ingested_at, text_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant, doc_id) DO UPDATE SET owner = EXCLUDED.owner,"
-                " source = EXCLUDED.source, title = EXCLUDED.title,"
-                " content_hash = EXCLUDED.content_hash, version = EXCLUDED.version,"
-                " ingested_at = EXCLUDED.ingested_at, text_length = EXCLUDED.text_length",
-                document.columns(),
+    def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO rs_chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
+                " text, content_hash, embedding)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        c.chunk_id,
+                        document.tenant,
+                        document.doc_id,
+                        document.version,
+                        c.index,
+                        c.start,
+                        c.end,
+                        c.text,
+                        c.content_hash,
+                        np.asarray(c.embedding, dtype=np.float32),
+                    )
+                    for c in chunks
+                ],
             )
-            if not document.keep_acl:
-                self._replace_acl(document.tenant, document.doc_id, document.acl)
-            self._bump_version()
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
-        if version:
+        condition = "tenant = %s AND doc_id = %s" + (" AND version = %s" if version else "")
+        params = (tenant, doc_id, version) if version else (tenant, doc_id)
+        self._db.execute(f"DELETE FROM rs_chunks WHERE {condition}", params)
+
+    def _upsert_document(self, document: DocumentRecord) -> None:
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in DOCUMENT_COLUMNS[2:])
+        self._db.execute(
+            f"INSERT INTO rs_documents ({', '.join(DOCUMENT_COLUMNS)})"
+            f" VALUES ({', '.join('%s' for _ in DOCUMENT_COLUMNS)})"
+            f" ON CONFLICT (tenant, doc_id) DO UPDATE SET {updates}",
+            document_values(document),
+        )
+
+    def _remove_document(self, tenant: str, doc_id: str) -> None:
+        for table in ("rs_doc_acl", "rs_documents"):
             self._db.execute(
-                "DELETE FROM rs_chunks WHERE tenant = %s AND doc_id = %s AND version = %s",
-                (tenant, doc_id, version),
-            )
-        else:
-            self._db.execute(
-                "DELETE FROM rs_chunks WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
+                f"DELETE FROM {table} WHERE tenant = %s AND doc_id = %s", (tenant, doc_id)
             )
 
     def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None:
@@ -217,40 +205,10 @@ class PostgresStore:
                     rows,
                 )
 
-    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
-        found = self._documents(access, doc_id)
-        return access.may(found[0] if found else None, needed)
-
-    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
-        with self._transaction() as db:
-            if not self._permits(access, doc_id, Permission.WRITE):
-                return False
-            self._remove_chunks(access.tenant, doc_id)
-            db.execute(
-                "DELETE FROM rs_doc_acl WHERE tenant = %s AND doc_id = %s", (access.tenant, doc_id)
-            )
-            db.execute(
-                "DELETE FROM rs_documents WHERE tenant = %s AND doc_id = %s",
-                (access.tenant, doc_id),
-            )
-            self._bump_version()
-        return True
-
-    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
-        with self._transaction():
-            if not self._permits(access, doc_id, Permission.MANAGE):
-                return False
-            self._replace_acl(access.tenant, doc_id, acl)
-            self._bump_version()
-        return True
-
-    # Reads
-
     def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
         where = ACL_CONDITION + (" AND d.doc_id = %(doc_id)s" if doc_id else "")
         rows = self._db.execute(
-            "SELECT d.doc_id, d.tenant, d.owner, d.source, d.title, d.content_hash, d.version,"
-            " d.ingested_at, d.text_length,"
+            f"SELECT {DOCUMENT_SELECT},"
             " (SELECT COUNT(*) FROM rs_chunks c WHERE c.tenant = d.tenant"
             "  AND c.doc_id = d.doc_id AND c.version = d.version),"
             " (SELECT json_agg(json_build_array(a.kind, a.name, a.permission)) FROM rs_doc_acl a"
@@ -260,18 +218,20 @@ class PostgresStore:
         ).fetchall()
         documents = []
         for row in rows:
-            acl_rows = row[10] if isinstance(row[10], list) else json.loads(row[10] or "[]")
-            documents.append(DocumentRecord.from_row(row[:10], acl_rows))
+            acl_rows = row[-1] if isinstance(row[-1], list) else json.loads(row[-1] or "[]")
+            documents.append(document_from_row(row[:-1], acl_rows))
         return documents
 
-    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
-        with self._lock:
-            found = self._documents(access, doc_id)
-        return found[0] if found else None
+    # Reads
 
-    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
-        with self._lock:
-            return self._documents(access, None)
+    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
+        with self._transaction():
+            rows = self._db.execute(
+                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
+                " WHERE c.tenant = %s AND c.doc_id = %s",
+                (tenant, doc_id),
+            ).fetchall()
+        return {h: v.to_numpy().astype(np.float32) for h, v in rows}
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         match = ts_query(query)

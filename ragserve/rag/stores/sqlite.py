@@ -20,10 +20,16 @@ from ragserve.rag.documents import (
     Acl,
     ChunkRecord,
     DocumentRecord,
-    Permission,
     ScoredChunk,
     query_terms,
 )
+from ragserve.rag.stores.rows import (
+    DOCUMENT_COLUMNS,
+    DOCUMENT_SELECT,
+    document_from_row,
+    document_values,
+)
+from ragserve.rag.stores.sql import SqlStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -76,7 +82,7 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in query_terms(text)) or None
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     def __init__(self, path: str | Path, dimension: int) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,64 +140,37 @@ class SqliteStore:
         with self._lock:
             self._db.close()
 
-    # Writes
+    # The SqlStore hooks.
 
-    def current_version(self, tenant: str, doc_id: str) -> int:
-        with self._transaction():
-            row = self._db.execute(
-                "SELECT version FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-            ).fetchone()
+    def _stored_version(self, tenant: str, doc_id: str, for_update: bool) -> int:
+        # BEGIN IMMEDIATE already holds the write lock: for_update needs nothing more.
+        row = self._db.execute(
+            "SELECT version FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         return row[0] if row else 0
 
-    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
-        with self._transaction():
-            rows = self._db.execute(
-                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
-                " WHERE c.tenant = ? AND c.doc_id = ?",
-                (tenant, doc_id),
-            ).fetchall()
-        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
-
-    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
-        with self._transaction(write=True) as db:
-            row = db.execute(
-                "SELECT version FROM documents WHERE tenant = ? AND doc_id = ?",
-                (document.tenant, document.doc_id),
-            ).fetchone()
-            old_version = row[0] if row else 0
-            document.next_version(old_version, chunks)
-            for chunk in chunks:
-                cursor = db.execute(
-                    "INSERT INTO chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
-                    " text, content_hash, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        chunk.chunk_id,
-                        document.tenant,
-                        document.doc_id,
-                        document.version,
-                        chunk.index,
-                        chunk.start,
-                        chunk.end,
-                        chunk.text,
-                        chunk.content_hash,
-                        np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
-                    ),
-                )
-                db.execute(
-                    "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
-                    (cursor.lastrowid, chunk.text),
-                )
-            if old_version:
-                self._remove_chunks(document.tenant, document.doc_id, old_version)
-            db.execute(
-                "INSERT OR REPLACE INTO documents (tenant, doc_id, owner, source, title,"
-                " content_hash, version, ingested_at, text_length)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                document.columns(),
+    def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        for chunk in chunks:
+            cursor = self._db.execute(
+                "INSERT INTO chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
+                " text, content_hash, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    chunk.chunk_id,
+                    document.tenant,
+                    document.doc_id,
+                    document.version,
+                    chunk.index,
+                    chunk.start,
+                    chunk.end,
+                    chunk.text,
+                    chunk.content_hash,
+                    np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
+                ),
             )
-            if not document.keep_acl:
-                self._replace_acl(document.tenant, document.doc_id, document.acl)
-            self._bump_version()
+            self._db.execute(
+                "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
+                (cursor.lastrowid, chunk.text),
+            )
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
         condition = "tenant = ? AND doc_id = ?" + (" AND version = ?" if version else "")
@@ -202,6 +181,19 @@ class SqliteStore:
         )
         self._db.execute(f"DELETE FROM chunks WHERE {condition}", params)
 
+    def _upsert_document(self, document: DocumentRecord) -> None:
+        self._db.execute(
+            f"INSERT OR REPLACE INTO documents ({', '.join(DOCUMENT_COLUMNS)})"
+            f" VALUES ({', '.join('?' for _ in DOCUMENT_COLUMNS)})",
+            document_values(document),
+        )
+
+    def _remove_document(self, tenant: str, doc_id: str) -> None:
+        for table in ("doc_acl", "documents"):
+            self._db.execute(
+                f"DELETE FROM {table} WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+            )
+
     def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None:
         self._db.execute("DELETE FROM doc_acl WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
         self._db.executemany(
@@ -209,39 +201,10 @@ class SqliteStore:
             [(tenant, doc_id, *entry) for entry in acl.entries()],
         )
 
-    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
-        found = self._documents(access, doc_id)
-        return access.may(found[0] if found else None, needed)
-
-    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
-        with self._transaction(write=True) as db:
-            if not self._permits(access, doc_id, Permission.WRITE):
-                return False
-            self._remove_chunks(access.tenant, doc_id)
-            db.execute(
-                "DELETE FROM doc_acl WHERE tenant = ? AND doc_id = ?", (access.tenant, doc_id)
-            )
-            db.execute(
-                "DELETE FROM documents WHERE tenant = ? AND doc_id = ?", (access.tenant, doc_id)
-            )
-            self._bump_version()
-        return True
-
-    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
-        with self._transaction(write=True):
-            if not self._permits(access, doc_id, Permission.MANAGE):
-                return False
-            self._replace_acl(access.tenant, doc_id, acl)
-            self._bump_version()
-        return True
-
-    # Reads
-
     def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
         where = f"{ACL_CONDITION}" + (" AND d.doc_id = :doc_id" if doc_id else "")
         rows = self._db.execute(
-            "SELECT d.doc_id, d.tenant, d.owner, d.source, d.title, d.content_hash, d.version,"
-            " d.ingested_at, d.text_length,"
+            f"SELECT {DOCUMENT_SELECT},"
             " (SELECT COUNT(*) FROM chunks c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id"
             "  AND c.version = d.version)"
             f" FROM documents d WHERE {where} ORDER BY d.doc_id",
@@ -251,19 +214,21 @@ class SqliteStore:
         for row in rows:
             acl_rows = self._db.execute(
                 "SELECT kind, name, permission FROM doc_acl WHERE tenant = ? AND doc_id = ?",
-                (row[1], row[0]),
+                (row[0], row[1]),
             ).fetchall()
-            documents.append(DocumentRecord.from_row(row, acl_rows))
+            documents.append(document_from_row(row, acl_rows))
         return documents
 
-    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
-        with self._transaction():
-            found = self._documents(access, doc_id)
-        return found[0] if found else None
+    # Reads
 
-    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+    def chunk_embeddings(self, tenant: str, doc_id: str) -> dict[str, np.ndarray]:
         with self._transaction():
-            return self._documents(access, None)
+            rows = self._db.execute(
+                f"SELECT c.content_hash, c.embedding FROM {CURRENT_CHUNKS}"
+                " WHERE c.tenant = ? AND c.doc_id = ?",
+                (tenant, doc_id),
+            ).fetchall()
+        return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         match = fts_query(query)

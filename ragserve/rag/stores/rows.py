@@ -1,0 +1,44 @@
+"""How a DocumentRecord maps to and from the stores' `documents` rows; the domain class knows
+nothing of column order."""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ragserve.rag.documents import Acl, DocumentRecord
+
+# The documents table's columns, in the order both stores insert them.
+DOCUMENT_COLUMNS = (
+    "tenant",
+    "doc_id",
+    "owner",
+    "source",
+    "title",
+    "content_hash",
+    "version",
+    "ingested_at",
+    "text_length",
+)
+# What both stores select for a document, followed by its chunk count.
+DOCUMENT_SELECT = ", ".join(f"d.{column}" for column in DOCUMENT_COLUMNS)
+
+
+def document_values(document: DocumentRecord) -> tuple[Any, ...]:
+    return tuple(getattr(document, column) for column in DOCUMENT_COLUMNS)
+
+
+def document_from_row(row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> DocumentRecord:
+    """From DOCUMENT_SELECT's columns plus the chunk count, and (kind, name, permission) rows."""
+    values = dict(zip(DOCUMENT_COLUMNS, row, strict=False))
+    return DocumentRecord(
+        doc_id=values["doc_id"],
+        tenant=values["tenant"],
+        owner=values["owner"],
+        source=values["source"],
+        title=values["title"],
+        content_hash=values["content_hash"],
+        acl=Acl.from_entries(acl_rows),
+        version=values["version"],
+        ingested_at=values["ingested_at"],
+        num_chunks=row[len(DOCUMENT_COLUMNS)],
+        text_length=values["text_length"],
+    )

@@ -1,0 +1,95 @@
+"""What the two SQL stores share: the transaction skeleton of every write (versioned document
+replace, delete, ACL change), permission checks inside those transactions, and document reads.
+Each backend supplies the statements through the hooks below, in its own SQL dialect."""
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+
+from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, Permission
+
+
+class SqlStore(ABC):
+    """The write and document-read half of the Store protocol (see ragserve.rag.store)."""
+
+    # Hooks: one statement (or a few) each, run inside _transaction().
+
+    @abstractmethod
+    def _transaction(self, write: bool = False) -> AbstractContextManager[object]:
+        """Hold the store's lock and one database transaction; write locks for writing."""
+
+    @abstractmethod
+    def _stored_version(self, tenant: str, doc_id: str, for_update: bool) -> int:
+        """The document's version, 0 if absent; for_update locks its row until commit."""
+
+    @abstractmethod
+    def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None: ...
+
+    @abstractmethod
+    def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
+        """Remove the chunks of one version, or of all versions when version is None."""
+
+    @abstractmethod
+    def _upsert_document(self, document: DocumentRecord) -> None: ...
+
+    @abstractmethod
+    def _remove_document(self, tenant: str, doc_id: str) -> None:
+        """Remove the document's row and its ACL rows."""
+
+    @abstractmethod
+    def _replace_acl(self, tenant: str, doc_id: str, acl: Acl) -> None: ...
+
+    @abstractmethod
+    def _bump_version(self) -> None:
+        """Move the index version, so caches keyed on it forget what they hold."""
+
+    @abstractmethod
+    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
+        """The documents the filter admits (one, or all when doc_id is None), with ACLs."""
+
+    # The protocol's methods, the same for every backend.
+
+    def current_version(self, tenant: str, doc_id: str) -> int:
+        with self._transaction():
+            return self._stored_version(tenant, doc_id, for_update=False)
+
+    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        with self._transaction(write=True):
+            old_version = self._stored_version(document.tenant, document.doc_id, for_update=True)
+            document.next_version(old_version, chunks)
+            self._insert_chunks(document, chunks)
+            if old_version:
+                self._remove_chunks(document.tenant, document.doc_id, old_version)
+            self._upsert_document(document)
+            if not document.keep_acl:
+                self._replace_acl(document.tenant, document.doc_id, document.acl)
+            self._bump_version()
+
+    def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
+        with self._transaction(write=True):
+            if not self._permits(access, doc_id, Permission.WRITE):
+                return False
+            self._remove_chunks(access.tenant, doc_id)
+            self._remove_document(access.tenant, doc_id)
+            self._bump_version()
+        return True
+
+    def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
+        with self._transaction(write=True):
+            if not self._permits(access, doc_id, Permission.MANAGE):
+                return False
+            self._replace_acl(access.tenant, doc_id, acl)
+            self._bump_version()
+        return True
+
+    def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
+        with self._transaction():
+            found = self._documents(access, doc_id)
+        return found[0] if found else None
+
+    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+        with self._transaction():
+            return self._documents(access, None)
+
+    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
+        found = self._documents(access, doc_id)
+        return access.may(found[0] if found else None, needed)
