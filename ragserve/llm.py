@@ -15,7 +15,9 @@ Message = dict[str, str]
 
 
 class LLM:
-    def __init__(self, model: str = DEFAULT_MODEL, dtype: str = "auto", **engine_args: Any):
+    def __init__(
+        self, model: str = DEFAULT_MODEL, dtype: str = EngineConfig.dtype, **engine_args: Any
+    ):
         self.engine = LLMEngine(EngineConfig(model=model, dtype=dtype, **engine_args))
 
     def get_tokenizer(self):

@@ -1,6 +1,13 @@
-"""Server settings: defaults, then a TOML file (--config), then RAGSERVE_* environment variables,
-then command-line flags, each overriding the one before."""
+"""ragserve's settings, for the server, the CLI, evaluation and benchmarks alike: defaults, then
+a TOML file (--config), then RAGSERVE_* environment variables, then command-line flags, each
+overriding the one before.
 
+A setting that a component also has (the engine's limits, retrieval, evidence and answer
+settings) takes its default from that component's settings class, so each default is written
+once; engine_config() and the other *_settings() methods hand the values back.
+"""
+
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,27 +19,53 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
+from ragserve.engine.config import EngineConfig
+from ragserve.rag.answer import AnswerSettings
 from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL
+from ragserve.rag.evidence import EvidenceSettings
+from ragserve.rag.retrieval import RetrievalSettings
 
 
-class ServerSettings(BaseSettings):
+def defaults(settings_class: type) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(settings_class)}
+
+
+ENGINE = defaults(EngineConfig)
+# The engine settings a deployment sets; the rest keep EngineConfig's defaults.
+ENGINE_FIELDS = (
+    "model",
+    "dtype",
+    "kv_cache_memory_bytes",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_queued_requests",
+    "max_queued_tokens",
+    "enable_prefix_caching",
+)
+RETRIEVAL = defaults(RetrievalSettings)
+EVIDENCE = defaults(EvidenceSettings)
+ANSWER = defaults(AnswerSettings)
+
+
+class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAGSERVE_", extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: Path = Path("data")
-    model: str = DEFAULT_MODEL
-    dtype: str = "auto"
+    model: str = ENGINE["model"]
+    # "auto": bfloat16 where the CPU computes it natively, else float32.
+    dtype: str = ENGINE["dtype"]
     # Engine limits (see EngineConfig).
-    kv_cache_memory_bytes: int = Field(2 << 30, ge=1)
-    max_model_len: int | None = None
-    max_num_seqs: int = Field(128, ge=1)
-    max_num_batched_tokens: int = Field(512, ge=1)
-    max_queued_requests: int = Field(256, ge=1)
-    max_queued_tokens: int = Field(1 << 18, ge=1)
+    kv_cache_memory_bytes: int = Field(ENGINE["kv_cache_memory_bytes"], ge=1)
+    max_model_len: int | None = ENGINE["max_model_len"]
+    max_num_seqs: int = Field(ENGINE["max_num_seqs"], ge=1)
+    max_num_batched_tokens: int = Field(ENGINE["max_num_batched_tokens"], ge=1)
+    max_queued_requests: int = Field(ENGINE["max_queued_requests"], ge=1)
+    max_queued_tokens: int = Field(ENGINE["max_queued_tokens"], ge=1)
     # Reuse the KV blocks of earlier prompts' shared prefixes (within a tenant).
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool = ENGINE["enable_prefix_caching"]
     # Request limits.
     max_tokens_cap: int = Field(2048, ge=1)
     default_max_tokens: int = Field(256, ge=1)
@@ -48,24 +81,24 @@ class ServerSettings(BaseSettings):
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     chunk_size: int = Field(128, ge=8)
     chunk_overlap: int = Field(16, ge=0)
-    retrieval_top_k: int = Field(5, ge=1, le=100)
-    retrieval_candidates: int = Field(30, ge=1, le=1000)
+    retrieval_top_k: int = Field(RETRIEVAL["top_k"], ge=1, le=100)
+    retrieval_candidates: int = Field(RETRIEVAL["candidates"], ge=1, le=1000)
     max_upload_bytes: int = Field(20 << 20, ge=1)
     # Answers: the prompt carries the best evidence_sentences of the retrieved chunks; the
     # answerability model (a file as `ragserve eval calibrate` writes; default: the one in the
     # package) decides refusals and the extractive fallback; citations are kept at or above
     # support_threshold; retrieved text is spotlighted (datamark). reranker: none, "llm" (the
     # served model judges each chunk), or a sentence-transformers CrossEncoder folder.
-    evidence_sentences: int = Field(3, ge=1, le=20)
+    evidence_sentences: int = Field(EVIDENCE["sentences"], ge=1, le=20)
     answerability_file: Path | None = None
     # "quote": the best evidence quoted, without a model call; "generate": the model answers
     # from the evidence (checked; the quote as fallback when extractive_fallback). With the
     # default 135M model quoting is measured more often right and faster (docs/evaluation.md);
     # a stronger model may earn "generate".
-    answer_style: Literal["generate", "quote"] = "quote"
-    extractive_fallback: bool = True
-    support_threshold: float = Field(0.6, ge=0, le=1)
-    answer_max_tokens: int = Field(48, ge=1)
+    answer_style: Literal["generate", "quote"] = ANSWER["style"]
+    extractive_fallback: bool = ANSWER["extractive_fallback"]
+    support_threshold: float = Field(ANSWER["support_threshold"], ge=0, le=1)
+    answer_max_tokens: int = Field(ANSWER["max_tokens"], ge=1)
     evidence_budget_tokens: int = Field(256, ge=64)
     datamark: bool = True
     reranker: str | None = None
@@ -86,7 +119,7 @@ class ServerSettings(BaseSettings):
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
 
     @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> "ServerSettings":
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> "Settings":
         """Settings from the TOML file and environment, with explicit overrides on top."""
         if config_file is not None and not config_file.is_file():
             raise FileNotFoundError(f"config file {config_file} does not exist")
@@ -107,14 +140,19 @@ class ServerSettings(BaseSettings):
         return self.store or str(self.data_dir / "index.sqlite")
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            model=self.model,
-            dtype=self.dtype,
-            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_queued_requests=self.max_queued_requests,
-            max_queued_tokens=self.max_queued_tokens,
-            enable_prefix_caching=self.enable_prefix_caching,
+        return EngineConfig(**{name: getattr(self, name) for name in ENGINE_FIELDS})
+
+    def retrieval_settings(self) -> RetrievalSettings:
+        return RetrievalSettings(self.retrieval_top_k, self.retrieval_candidates)
+
+    def evidence_settings(self) -> EvidenceSettings:
+        return EvidenceSettings(sentences=self.evidence_sentences)
+
+    def answer_settings(self) -> AnswerSettings:
+        return AnswerSettings(
+            top_k=self.retrieval_top_k,
+            support_threshold=self.support_threshold,
+            max_tokens=self.answer_max_tokens,
+            extractive_fallback=self.extractive_fallback,
+            style=self.answer_style,
         )

@@ -8,7 +8,18 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 
-from ragserve.engine.config import DEFAULT_MODEL
+from ragserve.bench.load_options import (
+    KeyOption,
+    RateOption,
+    SloOption,
+    SweepOption,
+    UrlOption,
+    caller,
+    load_plan,
+    run_plan,
+    write_load_report,
+)
+from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print figures and reports).")
 
@@ -30,7 +41,7 @@ def offline(
         int, typer.Option(help="Static batch size for transformers (0: skip).")
     ] = 32,
     model: str = DEFAULT_MODEL,
-    dtype: str = "auto",
+    dtype: str = EngineConfig.dtype,
     max_num_seqs: int = 128,
     max_num_batched_tokens: int = 512,
     seed: int = 0,
@@ -39,7 +50,6 @@ def offline(
 ) -> None:
     """Engine throughput against transformers on the same random workload."""
     from ragserve.bench.offline import run, to_markdown, write_report
-    from ragserve.engine.config import EngineConfig
 
     config = EngineConfig(
         model=model,
@@ -98,90 +108,6 @@ def ingest(
     print(json.dumps(report, indent=2))
 
 
-UrlOption = Annotated[str, typer.Option(help="The server's root, e.g. http://127.0.0.1:8000.")]
-KeyOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--api-key",
-        help="An API key; repeatable: requests go round-robin over them "
-        "(several users or tenants).",
-    ),
-]
-RateOption = Annotated[float, typer.Option(help="Requests per second (inf: all at once).")]
-SweepOption = Annotated[
-    str | None, typer.Option(help="Comma-separated request rates to run one after another.")
-]
-SloOption = Annotated[
-    list[str] | None, typer.Option("--slo", help="ttft:MS, tpot:MS or e2e:MS; repeatable.")
-]
-
-
-def _load_settings(
-    rate: float, burstiness: float, max_concurrency: int | None, cancel_share: float, seed: int
-):
-    from ragserve.bench.load import LoadSettings
-
-    if not 0 <= cancel_share <= 1:
-        raise typer.BadParameter("--cancel-share must be within [0, 1]")
-    if burstiness <= 0 or rate <= 0:
-        raise typer.BadParameter("--request-rate and --burstiness must be positive")
-    if max_concurrency is not None and max_concurrency < 1:
-        raise typer.BadParameter("--max-concurrency must be at least 1")
-    return LoadSettings(rate, burstiness, max_concurrency, cancel_share, seed)
-
-
-def _rates(sweep_rates: str | None, rate: float) -> list[float]:
-    if not sweep_rates:
-        return [rate]
-    try:
-        rates = [float(r) for r in sweep_rates.split(",")]
-    except ValueError as error:
-        raise typer.BadParameter(f"--sweep-rates must be numbers, got {sweep_rates!r}") from error
-    if min(rates) <= 0:
-        raise typer.BadParameter("--sweep-rates must be positive")
-    return rates
-
-
-def _plan(load: tuple, slo: list[str] | None, sweep_rates: str | None):
-    """Checked load settings, SLOs and rates, before any request goes out. `load` is
-    (rate, burstiness, max_concurrency, cancel_share, seed)."""
-    from ragserve.bench.measures import Slo
-
-    settings = _load_settings(*load)
-    try:
-        objectives = Slo.parse(slo or [])
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
-    return settings, objectives, _rates(sweep_rates, settings.rate)
-
-
-def _run(url: str, make_jobs, plan) -> list:
-    import asyncio
-
-    from ragserve.bench.serve import sweep
-
-    settings, objectives, rates = plan
-    return asyncio.run(sweep(url, make_jobs, rates, settings, objectives))
-
-
-def _caller(keys: list[str], n: int) -> tuple[str, str]:
-    """The key and user name of the n-th request: round-robin over the keys."""
-    return keys[n % len(keys)], f"user-{n % len(keys)}"
-
-
-def _report(kind: str, meta: dict, runs: list, out: Path, name: str, as_json: bool) -> None:
-    from ragserve.bench.serve import to_markdown, write
-    from ragserve.reports import run_metadata, to_json
-
-    report = {"meta": run_metadata(title=kind, **meta), "runs": runs}
-    paths = write(report, out, name)
-    if as_json:
-        print(to_json(report))
-    else:
-        Console().print(Markdown(to_markdown(report).split("\n## Run")[0]))
-        Console(stderr=True).print("reports: " + ", ".join(str(p) for p in paths))
-
-
 @bench_app.command("serve")
 def serve(
     url: UrlOption,
@@ -229,7 +155,9 @@ def serve(
     from ragserve.bench.client import completion
     from ragserve.engine.loader import resolve_model
 
-    plan = _plan((request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates)
+    plan = load_plan(
+        (request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates
+    )
     if dataset_name not in ("random", "sharegpt", "shared-prefix"):
         raise typer.BadParameter(f"unknown --dataset-name {dataset_name!r}")
     keys = api_key or [""]
@@ -254,14 +182,14 @@ def serve(
             specs = workload.sharegpt_requests(text, num_requests, max_prompt, max_total)
 
         def job(spec, n):
-            key, user = _caller(keys, n)
+            key, user = caller(keys, n)
             return lambda client, cancel_after: completion(
                 client, model, spec.prompt, spec.output_tokens, key, user, cancel_after
             )
 
         return [(job(spec, n), spec.output_tokens) for n, spec in enumerate(specs)]
 
-    runs = _run(url, make_jobs, plan)
+    runs = run_plan(url, make_jobs, plan)
     workload_text = (
         f"{dataset_name}, {num_requests} requests, "
         + (
@@ -277,7 +205,7 @@ def serve(
         + f", burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}"
     )
     meta = {"url": url, "model": model, "workload": workload_text, "seed": seed}
-    _report("Serving benchmark", meta, runs, out, name, as_json)
+    write_load_report("Serving benchmark", meta, runs, out, name, as_json)
 
 
 @bench_app.command("rag")
@@ -302,7 +230,9 @@ def rag(
 
     from ragserve.bench.client import answer
 
-    plan = _plan((request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates)
+    plan = load_plan(
+        (request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates
+    )
     keys = api_key or [""]
     questions = [json.loads(line)["question"] for line in dataset.read_text().splitlines() if line]
     rng = random.Random(seed)
@@ -312,19 +242,19 @@ def rag(
         chosen = [rng.choice(questions) for _ in range(num_requests)]
 
         def job(question, n):
-            key, user = _caller(keys, n)
+            key, user = caller(keys, n)
             return lambda client, cancel_after: answer(client, question, key, user, cancel_after)
 
         # Answers stream at most answer_max_tokens chunks; cancel within the first 32.
         return [(job(q, n), 32) for n, q in enumerate(chosen)]
 
-    runs = _run(url, make_jobs, plan)
+    runs = run_plan(url, make_jobs, plan)
     workload_text = (
         f"{num_requests} questions from {dataset.name}, burstiness {burstiness}, "
         f"{len(keys)} keys, cancel share {cancel_share}"
     )
     meta = {"url": url, "workload": workload_text, "seed": seed}
-    _report("RAG answer benchmark", meta, runs, out, name, as_json)
+    write_load_report("RAG answer benchmark", meta, runs, out, name, as_json)
 
 
 @bench_app.command("cache-oracle")

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from ragserve.engine.config import EngineConfig
-from ragserve.engine.engine import LLMEngine, StepTimes
+from ragserve.engine.engine import LLMEngine
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.stats import StepTimes
 
 
 @dataclass

@@ -16,6 +16,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from ragserve.engine.config import cache_dir
+
 logger = logging.getLogger(__name__)
 
 
@@ -44,8 +46,6 @@ class AttentionMetadata:
 @functools.cache
 def decode_kernel() -> ModuleType | None:
     from torch.utils.cpp_extension import load
-
-    from ragserve.engine.loader import cache_dir
 
     build_dir = cache_dir() / "torch_extensions" / torch.__version__
     build_dir.mkdir(parents=True, exist_ok=True)

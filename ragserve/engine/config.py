@@ -2,12 +2,18 @@
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # CPU flags of native bfloat16 arithmetic. Without them torch emulates bfloat16 matmuls, and on
 # such a CPU (AMD EPYC with AVX2 only, measured) a 336-token prefill of the default model takes
 # 4.3 s in bfloat16 against 0.7 s in float32.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cache_dir() -> Path:
+    """Where imported models and built kernels are kept (RAGSERVE_HOME)."""
+    return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
 
 
 def native_bf16() -> bool:

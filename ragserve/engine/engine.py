@@ -6,10 +6,8 @@ through a locked inbox, so the scheduler and KV cache are only ever touched by s
 
 import itertools
 import json
-import logging
 import threading
 import time
-from dataclasses import dataclass, fields, replace
 
 import torch
 from transformers import AutoConfig, AutoTokenizer
@@ -19,74 +17,18 @@ from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.detokenizer import IncrementalDetokenizer
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError
-from ragserve.engine.kv_cache import DTYPES, KVCache, kv_bytes_per_token
-from ragserve.engine.loader import resolve_model
+from ragserve.engine.kv_cache import DTYPES, KVCache
+from ragserve.engine.loader import read_weights, resolve_model
 from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.model import LlamaModel, ModelSpec
-from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.request_state import Choice, RequestState
 from ragserve.engine.runner import ModelRunner
 from ragserve.engine.sampler import Sampler
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.scheduler import Scheduler
 from ragserve.engine.sequence import Sequence, SequenceStatus
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    num_queued_tokens: int
-    kv_blocks_total: int
-    kv_blocks_free: int
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    num_preemptions: int
-
-    @property
-    def kv_blocks_used(self) -> int:
-        return self.kv_blocks_total - self.kv_blocks_free
-
-    @property
-    def kv_cache_usage(self) -> float:
-        return self.kv_blocks_used / self.kv_blocks_total
-
-
-@dataclass
-class StepTimes:
-    """Seconds spent in each phase of step(), summed over steps."""
-
-    steps: int = 0
-    schedule_s: float = 0.0
-    forward_s: float = 0.0
-    sample_s: float = 0.0
-    output_s: float = 0.0
-
-    def copy(self) -> "StepTimes":
-        return replace(self)
-
-    def since(self, earlier: "StepTimes") -> "StepTimes":
-        return StepTimes(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
-
-
-@dataclass
-class _Choice:
-    seq: Sequence
-    detokenizer: IncrementalDetokenizer
-
-
-@dataclass
-class _Request:
-    prompt: str | None
-    choices: list[_Choice]
-    # Choices 1..n-1 wait here until choice 0 has computed the prompt, so that they find its
-    # full blocks in the prefix cache instead of computing the same prompt n times.
-    held: list[Sequence]
-
-    @property
-    def finished(self) -> bool:
-        return all(choice.seq.is_finished for choice in self.choices)
+from ragserve.engine.stats import EngineStats, StepTimes
 
 
 class LLMEngine:
@@ -98,31 +40,20 @@ class LLMEngine:
         dtype = DTYPES[config.dtype]
         hf_config = AutoConfig.from_pretrained(self.model_path)
         spec = ModelSpec.from_config(hf_config)
-        per_token = kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
-        num_blocks = config.kv_cache_memory_bytes // (per_token * config.block_size)
-        if num_blocks < 1:
-            raise ValueError(
-                f"kv_cache_memory_bytes={config.kv_cache_memory_bytes} holds no block of "
-                f"{config.block_size} tokens ({per_token} bytes per token)"
-            )
-        pool_tokens = num_blocks * config.block_size
-        self.max_model_len = min(config.max_model_len or spec.max_position_embeddings, pool_tokens)
-        self.model = LlamaModel.from_pretrained(
-            self.model_path, hf_config, dtype, self.max_model_len
-        )
-        self.kv_cache = KVCache(
-            spec.num_layers, spec.num_kv_heads, spec.head_dim, num_blocks, config.block_size, dtype
-        )
-        logger.info(
-            "KV cache: %d blocks of %d tokens = %d tokens, %.1f MiB (%d bytes/token, %s); "
-            "max_model_len %d",
-            num_blocks,
+        self.kv_cache = KVCache.within_budget(
+            spec.num_layers,
+            spec.num_kv_heads,
+            spec.head_dim,
+            dtype,
+            config.kv_cache_memory_bytes,
             config.block_size,
-            pool_tokens,
-            self.kv_cache.nbytes / 2**20,
-            per_token,
-            config.dtype,
-            self.max_model_len,
+        )
+        num_blocks = self.kv_cache.num_blocks
+        self.max_model_len = min(
+            config.max_model_len or spec.max_position_embeddings, self.kv_cache.num_tokens
+        )
+        self.model = LlamaModel.from_weights(
+            read_weights(self.model_path), hf_config, dtype, self.max_model_len
         )
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
@@ -132,7 +63,7 @@ class LLMEngine:
         self.runner = ModelRunner(
             self.model, self.kv_cache, Sampler(config.seed), LogitsProcessor(self.eos_token_ids)
         )
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, RequestState] = {}
         self._inbox: list[Sequence] = []
         self._aborts: set[str] = set()
         self._lock = threading.Lock()
@@ -172,8 +103,12 @@ class LLMEngine:
                 raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
         if not token_ids:
             raise InvalidRequestError("the prompt is empty")
-        if any(t >= vocab for t in (params.logit_bias or {})):
-            raise InvalidRequestError(f"logit_bias token ids must lie in [0, {vocab})")
+        for name, ids in (
+            ("logit_bias", params.logit_bias or {}),
+            ("stop_token_ids", params.stop_token_ids or []),
+        ):
+            if any(t >= vocab for t in ids):
+                raise InvalidRequestError(f"{name} token ids must lie in [0, {vocab})")
         max_tokens = self._max_tokens(len(token_ids), params)
         request_id = request_id or f"req-{next(self._ids)}"
         salt = CacheSalt(cache_salt) if isinstance(cache_salt, str) else cache_salt
@@ -199,13 +134,13 @@ class LLMEngine:
                 params.skip_special_tokens,
                 params.include_stop_str_in_output,
             )
-            choices.append(_Choice(seq, detokenizer))
+            choices.append(Choice(seq, detokenizer))
         held = [choice.seq for choice in choices[1:]]
         with self._lock:
             if request_id in self._requests:
                 raise InvalidRequestError(f"request id {request_id!r} is already in use")
             self._check_queue(len(token_ids))
-            self._requests[request_id] = _Request(text, choices, held)
+            self._requests[request_id] = RequestState(text, choices, held)
             self._inbox.append(choices[0].seq)
         return request_id
 
@@ -259,7 +194,7 @@ class LLMEngine:
         ran = time.perf_counter()
         self.scheduler.postprocess(batch, sampled)
         now = time.monotonic()
-        touched: dict[str, _Request] = {}
+        touched: dict[str, RequestState] = {}
         for seq, token in sampled.items():
             request = self._requests[seq.request_id]
             if request.held:  # the prompt is computed: the other choices can reuse its blocks
@@ -319,47 +254,11 @@ class LLMEngine:
             return "length"
         return None
 
-    def _output(self, request: _Request) -> RequestOutput:
-        first = request.choices[0].seq
-        finished = request.finished
-        if finished:
+    def _output(self, request: RequestState) -> RequestOutput:
+        if request.finished:
             with self._lock:
-                self._requests.pop(first.request_id, None)
-        return RequestOutput(
-            request_id=first.request_id,
-            prompt=request.prompt,
-            prompt_token_ids=first.prompt_token_ids,
-            outputs=[self._completion(choice, finished) for choice in request.choices],
-            finished=finished,
-            num_cached_tokens=first.num_cached_tokens,
-            metrics=RequestMetrics(
-                arrival_time=first.arrival_time,
-                first_scheduled_time=first.first_scheduled_time,
-                first_token_time=first.first_token_time,
-                finished_time=max(
-                    (c.seq.finished_time for c in request.choices if c.seq.finished_time),
-                    default=None,
-                )
-                if finished
-                else None,
-                num_preemptions=sum(c.seq.num_preemptions for c in request.choices),
-            ),
-        )
-
-    def _completion(self, choice: _Choice, request_finished: bool) -> CompletionOutput:
-        seq = choice.seq
-        stop_reason: str | int | None = choice.detokenizer.stopped_by
-        if stop_reason is None and seq.finish_reason == "stop" and seq.output_token_ids:
-            last = seq.output_token_ids[-1]
-            stop_reason = None if last in self.eos_token_ids else last
-        return CompletionOutput(
-            index=seq.index,
-            text=choice.detokenizer.visible_text(seq.is_finished or request_finished),
-            token_ids=list(seq.output_token_ids),
-            finish_reason=seq.finish_reason,
-            stop_reason=stop_reason,
-            logprobs=list(seq.logprobs) if seq.params.logprobs else None,
-        )
+                self._requests.pop(request.choices[0].seq.request_id, None)
+        return request.output(self.eos_token_ids)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager

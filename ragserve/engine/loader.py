@@ -11,14 +11,17 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
+from ragserve.engine.config import cache_dir
 from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
-from ragserve.engine.model import SUPPORTED_ARCHITECTURES
+from ragserve.engine.model import check_architecture
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +40,6 @@ KNOWN_MODELS = {
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
 
 
 def resolve_model(name: str) -> Path:
@@ -74,13 +73,26 @@ def check_folder(folder: Path) -> Path:
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ModelNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
-    architectures = json.loads(config_file.read_text()).get("architectures") or []
-    if not set(architectures) & set(SUPPORTED_ARCHITECTURES):
-        raise UnsupportedModelError(
-            f"{folder}: unsupported architecture {architectures}; supported: "
-            + ", ".join(SUPPORTED_ARCHITECTURES)
-        )
+    try:
+        check_architecture(json.loads(config_file.read_text()).get("architectures"))
+    except UnsupportedModelError as error:
+        raise UnsupportedModelError(f"{folder}: {error}") from error
     return folder
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's safetensors files (sharded or not), by name."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        names = [p.name for p in sorted(folder.glob("*.safetensors"))]
+    if not names:
+        raise UnsupportedModelError(f"no *.safetensors weights in {folder}")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in names:
+        tensors.update(load_file(folder / name))
+    return tensors
 
 
 def import_gguf(gguf_file: Path, target: Path) -> Path:
@@ -102,7 +114,6 @@ def import_gguf(gguf_file: Path, target: Path) -> Path:
 
 
 def _convert_gguf(gguf_file: Path, out: Path) -> None:
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_file.parent), gguf_file.name

@@ -4,14 +4,11 @@ All scheduled tokens of a step, prefill and decode, go through each projection a
 q/k/v and gate/up are fused at load time so a layer costs four matmuls.
 """
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -20,6 +17,16 @@ from ragserve.engine.errors import UnsupportedModelError
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def check_architecture(architectures: list[str] | None) -> list[str]:
+    """The config's architectures, if this model code runs one of them."""
+    found = list(architectures or [])
+    if not set(found) & set(SUPPORTED_ARCHITECTURES):
+        raise UnsupportedModelError(
+            f"unsupported architecture {found}; supported: " + ", ".join(SUPPORTED_ARCHITECTURES)
+        )
+    return found
 
 
 @dataclass
@@ -37,12 +44,7 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig) -> "ModelSpec":
-        architectures = config.architectures or []
-        if not set(architectures) & set(SUPPORTED_ARCHITECTURES):
-            raise UnsupportedModelError(
-                f"unsupported architecture {architectures}; supported: "
-                + ", ".join(SUPPORTED_ARCHITECTURES)
-            )
+        architectures = check_architecture(config.architectures)
         heads = config.num_attention_heads
         return cls(
             hidden_size=config.hidden_size,
@@ -101,20 +103,6 @@ class LayerWeights:
     down: torch.Tensor
 
 
-def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        names = [p.name for p in sorted(folder.glob("*.safetensors"))]
-    if not names:
-        raise UnsupportedModelError(f"no *.safetensors weights in {folder}")
-    tensors: dict[str, torch.Tensor] = {}
-    for name in names:
-        tensors.update(load_file(folder / name))
-    return tensors
-
-
 class LlamaModel:
     def __init__(
         self,
@@ -159,12 +147,15 @@ class LlamaModel:
         self.rope = rope.to(dtype)
 
     @classmethod
-    def from_pretrained(
-        cls, folder: Path, config: PretrainedConfig, dtype: torch.dtype, max_len: int
+    def from_weights(
+        cls,
+        weights: dict[str, torch.Tensor],
+        config: PretrainedConfig,
+        dtype: torch.dtype,
+        max_len: int,
     ) -> "LlamaModel":
         spec = ModelSpec.from_config(config)
-        rope = rope_tables(config, spec.head_dim, max_len)
-        return cls(spec, read_safetensors(folder), rope, dtype)
+        return cls(spec, weights, rope_tables(config, spec.head_dim, max_len), dtype)
 
     @torch.inference_mode()
     def forward(

@@ -56,7 +56,8 @@ class Sampler:
     ) -> torch.Tensor:
         temperature = torch.tensor([p.temperature for p in params]).unsqueeze(1)
         logits = logits / temperature
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else logits.shape[1] for p in params])
+        vocab = logits.shape[1]
+        top_k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in params])
         top_p = torch.tensor([p.top_p for p in params])
         order = None
         if (top_k < logits.shape[1]).any() or (top_p < 1).any():

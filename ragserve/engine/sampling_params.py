@@ -10,6 +10,8 @@ MAX_CHOICES = 16
 # OpenAI's bounds for logit_bias values and for the presence and frequency penalties.
 MAX_LOGIT_BIAS = 100.0
 MAX_PENALTY = 2.0
+# Seeds (plus the choice index) must fit the generator's 64-bit state.
+SEED_RANGE = range(-(2**63), 2**64 - MAX_CHOICES)
 
 
 @dataclass
@@ -58,6 +60,8 @@ class SamplingParams:
             raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and self.seed not in SEED_RANGE:
+            raise InvalidRequestError(f"seed must be a 64-bit integer, got {self.seed}")
         if self.top_k == 0 or self.top_k < -1:
             raise InvalidRequestError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
         if self.repetition_penalty <= 0:

@@ -31,10 +31,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the JSON report.
 def _settings(config: Path | None):
     from pydantic import ValidationError
 
-    from ragserve.server.settings import ServerSettings
+    from ragserve.settings import Settings
 
     try:
-        return ServerSettings.load(config)
+        return Settings.load(config)
     except (FileNotFoundError, ValidationError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
@@ -102,12 +102,12 @@ def retrieval(
     from contextlib import nullcontext
 
     from ragserve.eval import retrieval as evaluation
-    from ragserve.eval.context import served_model
+    from ragserve.services import running_engine
 
     settings = _settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     needs_model = any(n.strip() == "llm" for n in rerankers.split(","))
-    with served_model(settings) if needs_model else nullcontext() as runner:
+    with running_engine(settings) if needs_model else nullcontext() as runner:
         chosen = _rerankers(rerankers, lambda: runner.engine.tokenizer)
         generate = runner.generator("eval", "eval", "rerank") if runner else None
         with console.status("retrieving") as status:
@@ -135,8 +135,8 @@ def answers(
     import asyncio
 
     from ragserve.eval import answers as evaluation
-    from ragserve.eval.context import served_model
     from ragserve.eval.support import SupportJudge
+    from ragserve.services import running_engine
 
     if variant not in evaluation.VARIANTS:
         console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
@@ -144,7 +144,7 @@ def answers(
     settings = _settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
-    with served_model(settings) as runner, console.status("answering") as status:
+    with running_engine(settings) as runner, console.status("answering") as status:
         services = context.services(runner)
         outcomes = asyncio.run(
             evaluation.answer_all(
@@ -220,7 +220,7 @@ def safety(
 ) -> None:
     """Injection attack success with and without spotlighting, and access-control leaks."""
     from ragserve.eval import safety as evaluation
-    from ragserve.eval.context import served_model
+    from ragserve.services import running_engine
 
     if cases < 1 or memos < 2:
         console.print("[red]error:[/red] --cases must be at least 1 and --memos at least 2")
@@ -228,7 +228,7 @@ def safety(
     settings = _settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
     try:
-        with served_model(settings) as runner, console.status("running the safety suites"):
+        with running_engine(settings) as runner, console.status("running the safety suites"):
             report = evaluation.evaluate(context, runner, cases, memos, seed)
     except FileNotFoundError as error:
         console.print(f"[red]error:[/red] {error}")

@@ -1,13 +1,12 @@
 """What every evaluation starts from: settings, the dataset, the corpus and its cached index,
 and (when generation is needed) the served model running locally."""
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragserve.engine.engine import LLMEngine
+from ragserve.engine.async_engine import AsyncEngine
 from ragserve.eval.corpus import CorpusError, EvalCorpus, load_corpus
 from ragserve.eval.dataset import QAItem, load_dataset
 from ragserve.eval.index import IndexSettings, index_path, open_index
@@ -15,16 +14,15 @@ from ragserve.rag.embeddings import Embedder
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.store import Store
 from ragserve.reports import file_digest, run_metadata
-from ragserve.server.async_engine import AsyncEngine
-from ragserve.server.settings import ServerSettings
-from ragserve.server.state import RagServices
+from ragserve.services import RagServices
+from ragserve.settings import Settings
 
 Progress = Callable[[int, int], None]
 
 
 @dataclass
 class EvalContext:
-    settings: ServerSettings
+    settings: Settings
     dataset_path: Path
     items: list[QAItem]
     corpus: EvalCorpus
@@ -36,7 +34,7 @@ class EvalContext:
     @classmethod
     def open(
         cls,
-        settings: ServerSettings,
+        settings: Settings,
         dataset: Path,
         corpus: str,
         corpus_limit: int | None = None,
@@ -106,14 +104,3 @@ class EvalContext:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
-
-
-@contextmanager
-def served_model(settings: ServerSettings) -> Iterator[AsyncEngine]:
-    """The configured model in its engine, stepping in a background thread."""
-    runner = AsyncEngine(LLMEngine(settings.engine_config()))
-    runner.start()
-    try:
-        yield runner
-    finally:
-        runner.shutdown()

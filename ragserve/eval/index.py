@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragserve.engine.loader import cache_dir
+from ragserve.engine.config import cache_dir
 from ragserve.eval.corpus import EvalCorpus
 from ragserve.rag.documents import AccessFilter, Acl
 from ragserve.rag.embeddings import Embedder

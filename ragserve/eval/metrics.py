@@ -132,3 +132,8 @@ def alce_citation_scores(sentences: list[CitedSentence], entails: Entails) -> Ci
         citations,
         len(sentences),
     )
+
+
+def rate(flags: list[bool]) -> float:
+    """The share of true flags; NaN when there are none."""
+    return sum(flags) / len(flags) if flags else float("nan")

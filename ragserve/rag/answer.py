@@ -28,7 +28,7 @@ from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
 from ragserve.rag.rerank import Generate, Reranker
-from ragserve.rag.retrieval import Retriever
+from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.text import (
     CITATION,
     SENTENCE,
@@ -46,7 +46,7 @@ Mode = Literal["generated", "extractive", "refused"]
 
 @dataclass
 class AnswerSettings:
-    top_k: int = 5
+    top_k: int = RetrievalSettings.top_k
     # A citation must reach this support score (0-1) to be kept.
     support_threshold: float = 0.6
     max_tokens: int = 48
@@ -59,7 +59,7 @@ class AnswerSettings:
     # A quote also takes the second-best sentence when its score is within this of the best.
     quote_margin: float = 0.05
     # "quote": the best evidence quoted, no model call; "generate": the model answers from the
-    # evidence, checked, with the quote as fallback (ServerSettings.answer_style says why).
+    # evidence, checked, with the quote as fallback (Settings.answer_style says why).
     style: Literal["generate", "quote"] = "quote"
 
 

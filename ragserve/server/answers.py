@@ -13,18 +13,20 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragserve.access import Principal, access_for
+from ragserve.engine.async_engine import EngineDeadError
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
-from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.engine.errors import EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
 from ragserve.rag.prompt import TEMPLATE_VERSION
-from ragserve.server.async_engine import EngineDeadError
-from ragserve.server.auth import Principal
+from ragserve.server.dependencies import principal
+from ragserve.server.errors import APIError, from_engine, from_limit
 from ragserve.server.limits import LimitExceeded
-from ragserve.server.protocol import new_id, now
+from ragserve.server.protocol import JSON_OR_EVENTS, error_responses, new_id, now
 from ragserve.server.response_cache import cache_key
-from ragserve.server.state import APIError, ServerState, access_for
+from ragserve.server.state import ServerState
 
 
 class AnswerRequest(BaseModel):
@@ -52,13 +54,8 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
                 who.user,
                 CacheSalt(who.tenant, narrowing),
             )
-        except EngineOverloadedError as error:
-            state.metrics.requests_rejected.labels(reason="queue_full").inc()
-            raise APIError(
-                503, str(error), "server_error", "overloaded", error.retry_after_s
-            ) from error
         except (EngineError, EngineDeadError) as error:
-            raise APIError(503, str(error), "server_error", "engine_unavailable") from error
+            raise from_engine(error) from error
         output = None
         try:
             async for output in stream:
@@ -108,10 +105,7 @@ async def answer_events(
     try:
         state.limiter.acquire(who.user, len(question) // 4)
     except LimitExceeded as error:
-        state.metrics.requests_rejected.labels(reason="per_user_limit").inc()
-        raise APIError(
-            429, error.message, "rate_limit_error", "per_user_limit", error.retry_after_s
-        ) from error
+        raise from_limit(error) from error
     completion_tokens = 0
     try:
         generate = engine_generate(state, who, new_id(kind))
@@ -130,8 +124,8 @@ async def _first_event(events: AsyncIterator[AnswerEvent]) -> AnswerEvent:
     return await anext(events)
 
 
-def answer_routes(state: ServerState, principal: Any) -> APIRouter:
-    router = APIRouter()
+def answer_routes(state: ServerState) -> APIRouter:
+    router = APIRouter(responses=JSON_OR_EVENTS | error_responses(400, 401, 429, 503))
 
     @router.post("/v1/answers")
     async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:

@@ -13,34 +13,12 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
+
+from ragserve.access import Principal, Role
 
 KEY_PREFIX = "rsk-"
 USER_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
-
-
-class Role(StrEnum):
-    READER = "reader"
-    WRITER = "writer"
-    ADMIN = "admin"
-
-
-@dataclass(frozen=True)
-class Principal:
-    user: str
-    groups: frozenset[str]
-    tenant: str
-    role: Role
-    key_id: int
-
-    @property
-    def permission_key(self) -> str:
-        """Everything that decides what this principal may see, as one string."""
-        return json.dumps([self.tenant, self.user, sorted(self.groups)])
-
-    def can_write(self) -> bool:
-        return self.role in (Role.WRITER, Role.ADMIN)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragserve.engine.async_engine import EngineDeadError, RequestStream
 from ragserve.engine.outputs import RequestOutput
-from ragserve.server.async_engine import EngineDeadError, RequestStream
+from ragserve.server.errors import error_body
 from ragserve.server.protocol import (
     PromptTokensDetails,
     SamplingFields,
     Usage,
-    error_body,
     now,
 )
 

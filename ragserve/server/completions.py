@@ -10,29 +10,32 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
-from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
-from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.access import Principal
+from ragserve.engine.async_engine import EngineDeadError
+from ragserve.engine.errors import EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.server.answers import rag_chat_completion
-from ragserve.server.async_engine import EngineDeadError
-from ragserve.server.auth import Principal
 from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
+from ragserve.server.dependencies import principal
+from ragserve.server.errors import APIError, from_engine, from_limit, invalid
 from ragserve.server.limits import LimitExceeded
 from ragserve.server.protocol import (
+    JSON_OR_EVENTS,
     ChatCompletionRequest,
     CompletionRequest,
     SamplingFields,
+    error_responses,
     new_id,
     unknown_fields,
 )
 from ragserve.server.response_cache import cache_key
-from ragserve.server.state import APIError, ServerState
+from ragserve.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +48,8 @@ def ignored_fields(state: ServerState, body: BaseModel) -> list[str]:
     server is set to strict_request_fields."""
     names = unknown_fields(body)
     if names and state.settings.strict_request_fields:
-        state.metrics.requests_rejected.labels(reason="invalid").inc()
-        raise APIError(
-            400,
+        raise invalid(
             f"unknown field(s): {', '.join(names)} (this server sets strict_request_fields)",
-            "invalid_request_error",
             "unknown_field",
             param=names[0],
         )
@@ -66,8 +66,8 @@ def tell_ignored(response: Response, names: list[str]) -> Response:
     return response
 
 
-def completion_routes(state: ServerState, principal: Any) -> APIRouter:
-    router = APIRouter()
+def completion_routes(state: ServerState) -> APIRouter:
+    router = APIRouter(responses=JSON_OR_EVENTS | error_responses(400, 401, 404, 429, 503))
     tokenizer = state.engine.tokenizer
 
     @router.post("/v1/chat/completions")
@@ -78,17 +78,13 @@ def completion_routes(state: ServerState, principal: Any) -> APIRouter:
         if body.model == state.rag_model_id:
             questions = [m.text() for m in body.messages if m.role == "user"]
             if not questions or not questions[-1].strip():
-                raise APIError(
-                    400,
+                raise invalid(
                     "a RAG chat needs a user message",
-                    "invalid_request_error",
                     "invalid_messages",
                 )
             if body.n != 1:
-                raise APIError(
-                    400,
+                raise invalid(
                     "the +rag model gives one cited answer: n must be 1",
-                    "invalid_request_error",
                     "invalid_parameter",
                     param="n",
                 )
@@ -100,10 +96,8 @@ def completion_routes(state: ServerState, principal: Any) -> APIRouter:
                 messages, tokenize=False, add_generation_prompt=True
             )
         except Exception as error:  # a template may refuse a conversation shape
-            raise APIError(
-                400,
+            raise invalid(
                 f"cannot apply the chat template: {error}",
-                "invalid_request_error",
                 "invalid_messages",
             ) from error
         token_ids = tokenizer.encode(prompt, add_special_tokens=False)
@@ -132,20 +126,16 @@ def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -
     settings = state.settings
     requested = body.requested_max_tokens  # type: ignore[attr-defined]
     if requested is not None and requested > settings.max_tokens_cap:
-        raise APIError(
-            400,
+        raise invalid(
             f"max_tokens is {requested}; this server allows at most {settings.max_tokens_cap}",
-            "invalid_request_error",
             "max_tokens_too_large",
             param="max_tokens",
         )
     room = state.engine.max_model_len - prompt_len
     if room < 1:
-        raise APIError(
-            400,
+        raise invalid(
             f"the prompt has {prompt_len} tokens; this model's context is "
             f"{state.engine.max_model_len} tokens (max_model_len)",
-            "invalid_request_error",
             "context_length_exceeded",
         )
     max_tokens = requested if requested is not None else min(settings.default_max_tokens, room)
@@ -169,7 +159,7 @@ def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -
             skip_special_tokens=body.skip_special_tokens,
         )
     except EngineError as error:
-        raise APIError(400, str(error), "invalid_request_error", "invalid_parameter") from error
+        raise invalid(str(error), "invalid_parameter") from error
 
 
 async def complete(
@@ -190,11 +180,7 @@ async def complete(
             "invalid_request_error",
             "model_not_found",
         )
-    try:
-        params = sampling_params(state, body, len(token_ids))
-    except APIError:
-        metrics.requests_rejected.labels(reason="invalid").inc()
-        raise
+    params = sampling_params(state, body, len(token_ids))
     reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo)
     key = None
     if state.cache is not None and body.deterministic:
@@ -218,30 +204,14 @@ async def complete(
     try:
         state.limiter.acquire(who.user, len(token_ids))
     except LimitExceeded as error:
-        reason = "per_user_concurrency" if "in flight" in error.message else "per_user_tokens"
-        metrics.requests_rejected.labels(reason=reason).inc()
-        raise APIError(
-            429, error.message, "rate_limit_error", reason, error.retry_after_s
-        ) from error
+        raise from_limit(error) from error
     try:
         stream = state.async_engine.add_request(
             token_ids, params, reply.request_id, who.user, who.tenant, body.priority
         )
-    except EngineOverloadedError as error:
+    except (EngineError, EngineDeadError) as error:
         state.limiter.release(who.user, 0)
-        metrics.requests_rejected.labels(reason="queue_full").inc()
-        raise APIError(
-            503, str(error), "server_error", "overloaded", error.retry_after_s
-        ) from error
-    except EngineError as error:
-        state.limiter.release(who.user, 0)
-        metrics.requests_rejected.labels(reason="invalid").inc()
-        raise APIError(
-            error.status_code, str(error), "invalid_request_error", "invalid_request"
-        ) from error
-    except EngineDeadError as error:
-        state.limiter.release(who.user, 0)
-        raise APIError(503, str(error), "server_error", "engine_dead") from error
+        raise from_engine(error) from error
 
     def finish(output: RequestOutput | None) -> None:
         stream.close()
@@ -260,7 +230,7 @@ async def complete(
     try:
         output = await until_done_or_disconnected(stream.final(), request)
     except EngineDeadError as error:
-        raise APIError(503, str(error), "server_error", "engine_dead") from error
+        raise from_engine(error) from error
     finally:
         finish(output)
     if output is None:  # the client left; nobody reads this

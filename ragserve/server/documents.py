@@ -11,7 +11,6 @@
 
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from ragserve.access import Principal, access_for
 from ragserve.rag.documents import (
     AccessFilter,
     Acl,
@@ -30,8 +30,10 @@ from ragserve.rag.documents import (
 )
 from ragserve.rag.ingest import SourceDocument, default_doc_id
 from ragserve.rag.parsers import parse_text
-from ragserve.server.auth import Principal
-from ragserve.server.state import APIError, ServerState, access_for
+from ragserve.server.dependencies import principal
+from ragserve.server.errors import APIError, Rejection, invalid
+from ragserve.server.protocol import error_responses
+from ragserve.server.state import ServerState
 
 # An id, optionally in a namespace: "<user>~<id>" (see scoped_doc_id).
 DOC_ID_PATTERN = r"^([A-Za-z0-9._@-]{1,64}~)?[A-Za-z0-9._:-]{1,128}$"
@@ -103,10 +105,6 @@ def chunk_json(chunk: ScoredChunk) -> dict[str, Any]:
     }
 
 
-def _bad_request(message: str, code: str = "invalid_request") -> APIError:
-    return APIError(400, message, "invalid_request_error", code)
-
-
 def _not_found(doc_id: str) -> APIError:
     return APIError(404, f"no document {doc_id!r}", "invalid_request_error", "not_found")
 
@@ -139,19 +137,23 @@ ACTIONS = {
 }
 
 
-def document_routes(state: ServerState, principal: Callable[..., Principal]) -> APIRouter:
-    router = APIRouter()
+def document_routes(state: ServerState) -> APIRouter:
+    router = APIRouter(responses=error_responses(400, 401, 403, 404, 413))
     settings = state.settings
 
     async def source_from_multipart(request: Request) -> tuple[SourceDocument, Acl | None]:
         form = await request.form(max_part_size=settings.max_upload_bytes)
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
-            raise _bad_request("multipart upload needs a 'file' part")
+            raise invalid("multipart upload needs a 'file' part", "invalid_request")
         data = await upload.read(settings.max_upload_bytes + 1)
         if len(data) > settings.max_upload_bytes:
-            raise _bad_request(
-                f"file larger than {settings.max_upload_bytes} bytes", "file_too_large"
+            raise APIError(
+                413,
+                f"file larger than {settings.max_upload_bytes} bytes (max_upload_bytes)",
+                "invalid_request_error",
+                "file_too_large",
+                rejection=Rejection.INVALID,
             )
         try:
             acl_field = form.get("acl")
@@ -164,7 +166,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
             if doc_id is not None:
                 DocumentText(text="-", doc_id=str(doc_id))  # validates the pattern
         except (ValueError, ValidationError) as error:
-            raise _bad_request(f"bad 'acl' or 'doc_id' field: {error}") from error
+            raise invalid(f"bad 'acl' or 'doc_id' field: {error}", "invalid_request") from error
         name = upload.filename or "upload"
         return SourceDocument(name, data=data, doc_id=str(doc_id) if doc_id else None), acl
 
@@ -172,7 +174,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
         try:
             body = DocumentText.model_validate(await request.json())
         except (ValueError, ValidationError) as error:
-            raise _bad_request(f"bad document body: {error}") from error
+            raise invalid(f"bad document body: {error}", "invalid_request") from error
         source = body.source or f"text:{uuid.uuid4().hex[:12]}"
         parsed = parse_text(body.text, source)
         parsed.title = body.title or parsed.title
@@ -214,7 +216,7 @@ def document_routes(state: ServerState, principal: Callable[..., Principal]) -> 
             owner = existing.owner
         result = await run_in_threadpool(state.rag.ingestor.ingest, item, who.tenant, owner, acl)
         if not result.ok:
-            raise _bad_request(result.error or "cannot ingest", "unparseable_document")
+            raise invalid(result.error or "cannot ingest", "unparseable_document")
         document = await run_in_threadpool(state.rag.store.get_document, access, result.doc_id)
         assert document is not None
         return document_json(document, access) | {

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 @dataclass
 class LimitExceeded(Exception):
+    # Which limit: "per_user_concurrency" or "per_user_tokens".
+    limit: str
     message: str
     retry_after_s: float
 
@@ -40,6 +42,7 @@ class UserLimiter:
         with self._lock:
             if self._active[user] >= self.max_concurrent:
                 raise LimitExceeded(
+                    "per_user_concurrency",
                     f"user {user!r} already has {self._active[user]} requests in flight "
                     f"(limit {self.max_concurrent})",
                     1.0,
@@ -49,6 +52,7 @@ class UserLimiter:
             if used + prompt_tokens > self.tokens_per_minute and spent:
                 retry = spent[0][0] + WINDOW_S - now
                 raise LimitExceeded(
+                    "per_user_tokens",
                     f"user {user!r} used {used} tokens in the last minute "
                     f"(limit {self.tokens_per_minute})",
                     max(retry, 1.0),

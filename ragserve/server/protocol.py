@@ -238,5 +238,35 @@ def now() -> int:
     return int(time.time())
 
 
-def error_body(message: str, type_: str, code: str | None = None, param: str | None = None):
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every refusal's body, as OpenAI shapes it."""
+
+    error: ErrorDetail
+
+
+ERROR_STATUSES = {
+    400: "The request is invalid as sent (the message and `param` say what).",
+    401: "No API key, or an invalid or revoked one.",
+    403: "The key may not do this (role or document permission).",
+    404: "No such model or document (or not one the key may see).",
+    413: "The upload is larger than max_upload_bytes.",
+    429: "A per-user limit; Retry-After says when to try again.",
+    503: "The queue is full (Retry-After) or the engine stopped.",
+}
+# A response that is JSON, or server-sent events when the request asks to stream.
+JSON_OR_EVENTS = {200: {"content": {"application/json": {}, "text/event-stream": {}}}}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI documentation of the refusals an operation may return."""
+    return {
+        status: {"model": ErrorResponse, "description": ERROR_STATUSES[status]}
+        for status in statuses
+    }

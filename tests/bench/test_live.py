@@ -8,14 +8,14 @@ import sys
 import httpx
 import pytest
 
+from ragserve.access import Role
 from ragserve.bench.client import completion
 from ragserve.bench.load import LoadSettings
 from ragserve.bench.measures import Slo, request_latencies
 from ragserve.bench.serve import TIMEOUT, measure
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
-from ragserve.server.auth import Role
-from ragserve.server.settings import ServerSettings
+from ragserve.settings import Settings
 from tests.server.conftest import start_server
 
 MODEL = "smollm2-135m-instruct"
@@ -24,7 +24,7 @@ SUCCESS = "ragserve:request_success_total{finished_reason=%s}"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, embedder):
-    settings = ServerSettings(data_dir=tmp_path_factory.mktemp("data"), dtype="float32")
+    settings = Settings(data_dir=tmp_path_factory.mktemp("data"), dtype="float32")
     engine = LLMEngine(EngineConfig(dtype="float32", kv_cache_memory_bytes=4096 * 46080))
     yield from start_server(settings, engine, embedder)
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ragserve.engine.loader import cache_dir
+from ragserve.engine.config import cache_dir
 from ragserve.eval.metrics import contains_answer, precision_recall_f1
 
 DOCUMENTS = {

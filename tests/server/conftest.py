@@ -6,12 +6,12 @@ from dataclasses import dataclass
 import pytest
 import uvicorn
 
+from ragserve.access import Role
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
 from ragserve.rag.embeddings import Embedder
 from ragserve.server.app import build_app
-from ragserve.server.auth import Role
-from ragserve.server.settings import ServerSettings
+from ragserve.settings import Settings
 
 
 @dataclass
@@ -52,9 +52,7 @@ class LiveServer:
         raise AssertionError(f"engine not idle: {self.engine.stats()}")
 
 
-def start_server(
-    settings: ServerSettings, engine: LLMEngine, embedder: Embedder
-) -> Iterator[LiveServer]:
+def start_server(settings: Settings, engine: LLMEngine, embedder: Embedder) -> Iterator[LiveServer]:
     app = build_app(settings, engine, embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -69,7 +67,7 @@ def start_server(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, embedder) -> Iterator[LiveServer]:
-    settings = ServerSettings(
+    settings = Settings(
         data_dir=tmp_path_factory.mktemp("data"),
         dtype="float32",
         max_concurrent_requests_per_user=2,

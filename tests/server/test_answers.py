@@ -6,8 +6,8 @@ import httpx
 import openai
 import pytest
 
+from ragserve.access import Role
 from ragserve.rag.prompt import DATAMARK, REFUSAL
-from ragserve.server.auth import Role
 from tests.server.test_api import _metric
 
 MODEL = "smollm2-135m-instruct"

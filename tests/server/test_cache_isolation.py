@@ -6,11 +6,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from ragserve.access import Principal, Role, access_for
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
-from ragserve.server.auth import Principal, Role
-from ragserve.server.settings import ServerSettings
-from ragserve.server.state import access_for
+from ragserve.settings import Settings
 from tests.server.conftest import LiveServer, start_server
 
 QUESTION = "How much does the Globex acquisition cost?"
@@ -23,7 +22,7 @@ PUBLIC = "Globex Corporation is a fictional company that makes household applian
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, embedder) -> Iterator[LiveServer]:
-    settings = ServerSettings(
+    settings = Settings(
         data_dir=tmp_path_factory.mktemp("data"),
         dtype="float32",
         max_num_batched_tokens=256,

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from ragserve.server.auth import Role
+from ragserve.access import Role
 
 MODEL = "smollm2-135m-instruct"
 

@@ -3,13 +3,13 @@ import pytest
 
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
-from ragserve.server.settings import ServerSettings
+from ragserve.settings import Settings
 from tests.server.conftest import start_server
 
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory, embedder):
-    settings = ServerSettings(data_dir=tmp_path_factory.mktemp("data"), dtype="float32")
+    settings = Settings(data_dir=tmp_path_factory.mktemp("data"), dtype="float32")
     engine = LLMEngine(
         EngineConfig(
             dtype="float32",

@@ -1,27 +1,27 @@
 import pytest
 from pydantic import ValidationError
 
-from ragserve.server.settings import ServerSettings
+from ragserve.settings import Settings
 
 
 def test_toml_then_environment_then_flags(tmp_path, monkeypatch):
     config = tmp_path / "ragserve.toml"
     config.write_text("port = 9001\nmax_tokens_cap = 100\nresponse_cache = true\n")
     monkeypatch.setenv("RAGSERVE_MAX_TOKENS_CAP", "200")
-    settings = ServerSettings.load(config, host="0.0.0.0")
+    settings = Settings.load(config, host="0.0.0.0")
     assert settings.port == 9001
     assert settings.max_tokens_cap == 200
     assert settings.response_cache is True
     assert settings.host == "0.0.0.0"
-    assert ServerSettings.load(config, port=9002).port == 9002
+    assert Settings.load(config, port=9002).port == 9002
 
 
 def test_unknown_keys_and_bad_values_are_errors(tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text("max_tokens_capp = 5\n")
     with pytest.raises(ValidationError, match="max_tokens_capp"):
-        ServerSettings.load(config)
+        Settings.load(config)
     with pytest.raises(ValidationError):
-        ServerSettings(max_num_seqs=0)
+        Settings(max_num_seqs=0)
     with pytest.raises(FileNotFoundError):
-        ServerSettings.load(tmp_path / "missing.toml")
+        Settings.load(tmp_path / "missing.toml")

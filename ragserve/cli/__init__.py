@@ -1,0 +1,27 @@
+"""The `ragserve` command line: the root app with its command groups."""
+
+import logging
+from typing import Annotated
+
+import typer
+
+from ragserve.bench.cli import bench_app
+from ragserve.cli import documents, model
+from ragserve.cli.common import app
+from ragserve.cli.documents import docs_app
+from ragserve.cli.keys import keys_app
+from ragserve.eval.cli import eval_app
+
+app.add_typer(bench_app, name="bench")
+app.add_typer(eval_app, name="eval")
+app.add_typer(keys_app, name="keys")
+app.add_typer(docs_app, name="docs")
+__all__ = ["app", "documents", "model"]
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,210 @@
+"""Commands on the document index: ingest, and `ragserve docs` (list, show, delete, acl)."""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from ragserve.cli.common import (
+    ConfigOption,
+    DataDirOption,
+    StoreOption,
+    TenantOption,
+    app,
+    console,
+)
+
+if TYPE_CHECKING:
+    from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.rag.store import Store
+    from ragserve.settings import Settings
+
+docs_app = typer.Typer(
+    no_args_is_help=True, help="Documents in the index: list, show, delete, acl."
+)
+GRANT_HELP = "NAME or NAME:read|write|manage (read when no level is given); repeatable."
+GrantOption = Annotated[list[str] | None, typer.Option(help=f"A user granted access: {GRANT_HELP}")]
+GroupGrantOption = Annotated[
+    list[str] | None, typer.Option(help=f"A group granted access: {GRANT_HELP}")
+]
+
+
+def _acl(users: list[str] | None, groups: list[str] | None) -> "Acl":
+    """An ACL from NAME[:LEVEL] options; a bad level is a usage error."""
+    from ragserve.rag.documents import Acl, Permission
+
+    def grants(values: list[str] | None) -> dict[str, Permission]:
+        parsed = {}
+        for value in values or []:
+            name, _, level = value.rpartition(":")
+            if not name or level.upper() not in Permission.__members__:
+                name, level = value, "read"
+            parsed[name] = Permission.parse(level)
+        return parsed
+
+    return Acl.of(grants(users), grants(groups))
+
+
+def _rag_settings(data_dir: Path | None, config: Path | None, store: str | None) -> "Settings":
+    from ragserve.settings import Settings
+
+    return Settings.load(config, data_dir=data_dir, store=store)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders.")] = None,
+    user: GrantOption = None,
+    group: GroupGrantOption = None,
+    tenant: TenantOption = "default",
+    owner: Annotated[str, typer.Option(help="The owner (always may read).")] = "admin",
+    wiki: Annotated[bool, typer.Option(help="Ingest the bundled Wikipedia corpus.")] = False,
+    wiki_limit: Annotated[int | None, typer.Option(help="Only the first N articles.")] = None,
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Parse, chunk, embed and index documents with an ACL (users and groups)."""
+    from ragserve.rag.corpus import load_wiki, wiki_sources
+    from ragserve.rag.ingest import read_sources
+    from ragserve.services import DocumentIndex
+
+    if not paths and not wiki:
+        console.print("[red]error:[/red] give files or folders, or --wiki")
+        raise typer.Exit(2)
+    index = DocumentIndex.open(_rag_settings(data_dir, config, store))
+    items = list(read_sources(paths or []))
+    if wiki:
+        items += list(wiki_sources(load_wiki(limit=wiki_limit)))
+    acl = _acl(user, group)
+    with Progress(console=console, disable=as_json, transient=True) as progress:
+        task = progress.add_task("ingesting", total=len(items))
+        results = index.ingestor.ingest_many(
+            items, tenant, owner, acl, progress=lambda _: progress.advance(task)
+        )
+    index.store.close()
+    failed = [r for r in results if not r.ok]
+    if as_json:
+        print(json.dumps([asdict(r) for r in results]))
+    else:
+        for result in failed:
+            console.print(f"[red]not ingested:[/red] {result.error}")
+        done = [r for r in results if r.ok]
+        console.print(
+            f"ingested {len(done)} documents, {sum(r.chunks for r in done)} chunks "
+            f"({sum(r.embedded for r in done)} embedded, {sum(r.reused for r in done)} reused); "
+            f"{len(failed)} failed"
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+def _operator(
+    tenant: str, data_dir: Path | None, config: Path | None, store: str | None
+) -> tuple["Store", "AccessFilter"]:
+    """The local operator's view: the configured store, and a filter seeing all of a tenant."""
+    from ragserve.rag.documents import AccessFilter
+    from ragserve.services import DocumentIndex
+
+    index = DocumentIndex.open(_rag_settings(data_dir, config, store))
+    return index.store, AccessFilter(tenant, "operator", everything=True)
+
+
+def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
+    if not quiet:
+        console.print(f"[red]error:[/red] no document {doc_id!r} in tenant {tenant!r}")
+    return typer.Exit(1)
+
+
+def _print_documents(documents: list, access: "AccessFilter", as_json: bool) -> None:
+    from ragserve.server.documents import document_json
+
+    if as_json:
+        print(json.dumps([document_json(d, access) for d in documents]))
+        return
+    table = Table("id", "title", "source", "owner", "users", "groups", "chunks", "version")
+    for d in documents:
+        table.add_row(
+            d.doc_id,
+            d.title[:40],
+            d.source[-40:],
+            d.owner,
+            ",".join(f"{name}:{level.label}" for name, level in d.acl.users),
+            ",".join(f"{name}:{level.label}" for name, level in d.acl.groups),
+            str(d.num_chunks),
+            str(d.version),
+        )
+    console.print(table)
+
+
+@docs_app.command("list")
+def docs_list(
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the tenant's documents with their ACLs."""
+    index, access = _operator(tenant, data_dir, config, store)
+    _print_documents(index.list_documents(access), access, as_json)
+
+
+@docs_app.command("show")
+def docs_show(
+    doc_id: str,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one document."""
+    index, access = _operator(tenant, data_dir, config, store)
+    document = index.get_document(access, doc_id)
+    if document is None:
+        raise _no_document(doc_id, tenant)
+    _print_documents([document], access, as_json)
+
+
+@docs_app.command("delete")
+def docs_delete(
+    doc_id: str,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Delete a document; the next query no longer sees it."""
+    index, access = _operator(tenant, data_dir, config, store)
+    deleted = index.delete_document(access, doc_id)
+    if as_json:
+        print(json.dumps({"id": doc_id, "deleted": deleted}))
+    elif deleted:
+        console.print(f"deleted {doc_id}")
+    if not deleted:
+        raise _no_document(doc_id, tenant, quiet=as_json)
+
+
+@docs_app.command("acl")
+def docs_acl(
+    doc_id: str,
+    user: GrantOption = None,
+    group: GroupGrantOption = None,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replace a document's ACL (the users and groups given; none: owner only)."""
+    index, access = _operator(tenant, data_dir, config, store)
+    if not index.set_acl(access, doc_id, _acl(user, group)):
+        raise _no_document(doc_id, tenant)
+    _print_documents([index.get_document(access, doc_id)], access, as_json)

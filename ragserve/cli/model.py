@@ -1,0 +1,215 @@
+"""Commands that run the model: generate, serve, ask and demo."""
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import Progress
+
+from ragserve.access import Principal, Role
+from ragserve.cli.common import (
+    ConfigOption,
+    DataDirOption,
+    TenantOption,
+    app,
+    console,
+)
+from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
+from ragserve.server.auth import KeyStore
+
+if TYPE_CHECKING:
+    from ragserve.rag.answer import AnswerResult, Generate
+
+
+@app.command()
+def generate(
+    prompt: str,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens to generate.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 for greedy decoding.")] = 0.0,
+    top_p: float = 1.0,
+    top_k: int = -1,
+    seed: int | None = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string; repeatable.")] = None,
+    chat: Annotated[bool, typer.Option(help="Apply the model's chat template.")] = False,
+    model: str = DEFAULT_MODEL,
+    dtype: str = EngineConfig.dtype,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Generate a completion for PROMPT with the offline engine."""
+    from ragserve.engine.errors import EngineError
+    from ragserve.engine.sampling_params import SamplingParams
+    from ragserve.llm import LLM
+
+    try:
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            stop=stop,
+        )
+        llm = LLM(model=model, dtype=dtype)
+        messages = [{"role": "user", "content": prompt}]
+        output = (llm.chat(messages, params) if chat else llm.generate(prompt, params))[0]
+    except EngineError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    completion = output.outputs[0]
+    if as_json:
+        record = {
+            "model": model,
+            "text": completion.text,
+            "finish_reason": completion.finish_reason,
+            "prompt_tokens": len(output.prompt_token_ids),
+            "completion_tokens": len(completion.token_ids),
+            "ttft_s": output.metrics.time_to_first_token,
+        }
+        print(json.dumps(record))
+    else:
+        console.print(completion.text)
+
+
+@app.command()
+def serve(
+    host: str | None = None,
+    port: int | None = None,
+    model: str | None = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Serve the OpenAI-compatible API (settings: --config FILE, then RAGSERVE_* variables)."""
+    import uvicorn
+
+    from ragserve.server.app import build_app
+    from ragserve.settings import Settings
+
+    settings = Settings.load(config, host=host, port=port, model=model, data_dir=data_dir)
+    app_ = build_app(settings)
+    console.print(f"serving {settings.model} on http://{settings.host}:{settings.port}")
+    uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")
+
+
+@app.command()
+def ask(
+    question: str,
+    key: Annotated[str | None, typer.Option(help="Answer as this API key's principal.")] = None,
+    user: Annotated[str | None, typer.Option(help="Or answer as this user.")] = None,
+    group: Annotated[list[str] | None, typer.Option(help="The user's groups; repeatable.")] = None,
+    tenant: TenantOption = "default",
+    top_k: int | None = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Answer a question from the documents the principal may read (local, no server)."""
+    import asyncio
+
+    from ragserve.access import access_for
+    from ragserve.server.answers import answer_json
+    from ragserve.services import RagServices, build_engine, running_engine
+    from ragserve.settings import Settings
+
+    settings = Settings.load(config, data_dir=data_dir)
+    if key is not None:
+        principal = KeyStore(settings.data_dir / "keys.sqlite").authenticate(key)
+        if principal is None:
+            console.print("[red]error:[/red] invalid or revoked API key")
+            raise typer.Exit(2)
+    elif user is not None:
+        principal = Principal(user, frozenset(group or []), tenant, Role.READER, key_id=0)
+    else:
+        console.print("[red]error:[/red] give --key KEY or --user USER")
+        raise typer.Exit(2)
+    engine = build_engine(settings)
+    rag = RagServices.build(settings, engine)
+
+    async def answer(generate: "Generate") -> "AnswerResult | None":
+        result = None
+        async for event in rag.answers.answer(access_for(principal), question, generate, top_k):
+            result = event.result or result
+        return result
+
+    try:
+        with running_engine(settings, engine) as runner:
+            result = asyncio.run(answer(runner.generator(principal.user, principal.tenant, "ask")))
+    finally:
+        rag.store.close()
+    if as_json:
+        print(json.dumps(answer_json(result)))
+        return
+    kind = {"generated": "answer", "extractive": "quoted from the source", "refused": "refused"}
+    console.print(f"[dim]({kind[result.mode]})[/dim] {result.answer}")
+    for citation in result.citations:
+        console.print(f"[{citation.n}] {citation.title} ({citation.doc_id}): “{citation.quote}”")
+
+
+DEMO_RESTRICTED = {
+    "board-memo-acquisition": (
+        "Board memo: acquisition of Globex",
+        "The board approved the acquisition of Globex Corporation for 120 million euros. "
+        "The deal is code-named Bluebird and closes on 30 September.",
+    ),
+    "board-memo-layoffs": (
+        "Board memo: site consolidation",
+        "The Springfield plant will close in March; its 140 staff move to the Shelbyville site.",
+    ),
+}
+
+
+@app.command()
+def demo(
+    wiki_limit: Annotated[int, typer.Option(help="Wikipedia articles to index.")] = 1000,
+    host: str | None = None,
+    port: int | None = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Index part of the bundled Wikipedia corpus and two board-only memos, print two keys
+    (a staff reader and a board member), and serve the API."""
+    import uvicorn
+
+    from ragserve.rag.corpus import load_wiki, wiki_sources
+    from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.rag.ingest import SourceDocument
+    from ragserve.rag.parsers import parse_text
+    from ragserve.server.app import build_app
+    from ragserve.services import DocumentIndex
+    from ragserve.settings import Settings
+
+    settings = Settings.load(config, data_dir=data_dir, host=host, port=port)
+    index = DocumentIndex.open(settings)
+    if not index.store.list_documents(AccessFilter("default", "admin", everything=True)):
+        items = list(wiki_sources(load_wiki(limit=wiki_limit)))
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("indexing Wikipedia", total=len(items))
+            index.ingestor.ingest_many(
+                items,
+                "default",
+                "admin",
+                Acl.of(groups=["staff"]),
+                progress=lambda _: progress.advance(task),
+            )
+        for doc_id, (title, text) in DEMO_RESTRICTED.items():
+            parsed = parse_text(text, title)
+            parsed.title = title
+            index.ingestor.ingest(
+                SourceDocument(f"memo:{doc_id}", parsed=parsed, doc_id=doc_id),
+                "default",
+                "admin",
+                Acl.of(groups=["board"]),
+            )
+    index.store.close()
+    keys = KeyStore(settings.data_dir / "keys.sqlite")
+    reader, _ = keys.create("alice", ["staff"])
+    board, _ = keys.create("bob", ["staff", "board"])
+    url = f"http://{settings.host}:{settings.port}"
+    console.print(f"staff reader key (alice): {reader}\nboard member key (bob):   {board}")
+    question = '{"question": "How much does the Globex acquisition cost?", "top_k": 3}'
+    console.print(
+        f"try both keys:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer KEY' "
+        f"-H 'Content-Type: application/json' -d '{question}'\n"
+        "alice never sees the memo (it is board-only); bob gets its sentence, quoted and cited."
+    )
+    app_ = build_app(settings, embedder=index.embedder)
+    uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")

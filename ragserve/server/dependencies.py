@@ -1,0 +1,34 @@
+"""FastAPI dependencies the routes share: the server state and the authenticated principal."""
+
+from fastapi import Request
+
+from ragserve.access import Principal
+from ragserve.server.errors import APIError, Rejection
+from ragserve.server.state import ServerState
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.ragserve
+
+
+def principal(request: Request) -> Principal:
+    """The principal of the request's bearer key; a 401 without a valid, unrevoked key."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise APIError(
+            401,
+            "missing API key: send Authorization: Bearer <key>",
+            "authentication_error",
+            "missing_api_key",
+            rejection=Rejection.UNAUTHENTICATED,
+        )
+    found = server_state(request).keys.authenticate(key.strip())
+    if found is None:
+        raise APIError(
+            401,
+            "invalid or revoked API key",
+            "authentication_error",
+            "invalid_api_key",
+            rejection=Rejection.UNAUTHENTICATED,
+        )
+    return found

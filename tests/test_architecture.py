@@ -1,0 +1,96 @@
+"""The package's shape: which layers may import which, no import cycles, small files."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "ragserve"
+MAX_LINES = 350
+# Layers below the server: they must work without it (the CLI is the only one that may import
+# the server, to serve it).
+BELOW_SERVER = ("engine", "rag", "eval", "bench", "services", "settings", "access")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def type_checking_only(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imports(path: Path) -> set[str]:
+    """The ragserve modules a file imports, at any depth (function-local imports included:
+    they hide cycles rather than remove them), except those only imported for type checking."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and type_checking_only(node)
+        for child in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in MODULES else node.module)
+    return {name for name in found if name in MODULES}
+
+
+GRAPH = {name: imports(path) for name, path in MODULES.items()}
+
+
+@pytest.mark.parametrize("layer", BELOW_SERVER)
+def test_lower_layers_do_not_import_the_server_or_the_cli(layer):
+    prefix = f"ragserve.{layer}"
+    offenders = {
+        module: sorted(i for i in targets if i.startswith(("ragserve.server", "ragserve.cli")))
+        for module, targets in GRAPH.items()
+        if module == prefix or module.startswith(prefix + ".")
+    }
+    assert not {m: t for m, t in offenders.items() if t}
+
+
+def test_no_import_cycles():
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(GRAPH[module]):
+            if state.get(target) == "open":
+                cycles.append([*stack[stack.index(target) :], target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = "done"
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles
+
+
+def test_the_walk_sees_a_cycle_when_there_is_one(tmp_path):
+    # The check above must be able to fail: a function-local import still counts.
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from ragserve.server.app import build_app\n")
+    assert "ragserve.server.app" in imports(source)
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long
