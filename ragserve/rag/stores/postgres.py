@@ -29,8 +29,10 @@ from ragserve.rag.documents import (
     query_terms,
 )
 from ragserve.rag.stores.rows import (
+    CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
     DOCUMENT_SELECT,
+    chunk_values,
     document_from_row,
     document_values,
 )
@@ -74,7 +76,7 @@ ACL_CONDITION = """d.tenant = %(tenant)s AND (%(everything)s OR d.owner = %(user
 CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
     ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"""
 
-CHUNK_COLUMNS = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
+SCORED_CHUNK_SELECT = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
 MAX_EF_SEARCH = 1000
 SearchStrategy = Literal["auto", "exact", "hnsw"]
 
@@ -152,24 +154,9 @@ class PostgresStore(SqlStore):
     def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
         with self._db.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO rs_chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
-                " text, content_hash, embedding)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        c.chunk_id,
-                        document.tenant,
-                        document.doc_id,
-                        document.version,
-                        c.index,
-                        c.start,
-                        c.end,
-                        c.text,
-                        c.content_hash,
-                        np.asarray(c.embedding, dtype=np.float32),
-                    )
-                    for c in chunks
-                ],
+                f"INSERT INTO rs_chunks ({', '.join(CHUNK_COLUMNS)})"
+                f" VALUES ({', '.join('%s' for _ in CHUNK_COLUMNS)})",
+                [chunk_values(document, c) for c in chunks],
             )
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
@@ -239,7 +226,7 @@ class PostgresStore(SqlStore):
             return []
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {CHUNK_COLUMNS}, ts_rank_cd(c.tsv, q) AS score"
+                f"SELECT {SCORED_CHUNK_SELECT}, ts_rank_cd(c.tsv, q) AS score"
                 f" FROM {CURRENT_CHUNKS}, to_tsquery('english', %(match)s) q"
                 f" WHERE c.tsv @@ q AND {ACL_CONDITION} ORDER BY score DESC LIMIT %(k)s",
                 {"match": match, "k": k, **access_params(access)},
@@ -249,8 +236,9 @@ class PostgresStore(SqlStore):
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         params = {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)}
         query = (
-            f"SELECT {CHUNK_COLUMNS}, 1 - (c.embedding <=> %(q)s) AS score FROM {CURRENT_CHUNKS}"
-            f" WHERE {ACL_CONDITION} ORDER BY c.embedding <=> %(q)s LIMIT %(k)s"
+            f"SELECT {SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
+            f" FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}"
+            " ORDER BY c.embedding <=> %(q)s LIMIT %(k)s"
         )
         with self._transaction() as db:
             total = db.execute("SELECT COUNT(*) FROM rs_chunks").fetchone()[0]

@@ -1,10 +1,12 @@
-"""How a DocumentRecord maps to and from the stores' `documents` rows; the domain class knows
-nothing of column order."""
+"""How documents and chunks map to and from the stores' rows; the domain classes know nothing
+of column order."""
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ragserve.rag.documents import Acl, DocumentRecord
+import numpy as np
+
+from ragserve.rag.documents import Acl, ChunkRecord, DocumentRecord
 
 # The documents table's columns, in the order both stores insert them.
 DOCUMENT_COLUMNS = (
@@ -20,6 +22,37 @@ DOCUMENT_COLUMNS = (
 )
 # What both stores select for a document, followed by its chunk count.
 DOCUMENT_SELECT = ", ".join(f"d.{column}" for column in DOCUMENT_COLUMNS)
+
+
+# The chunks table's columns, in the order both stores insert them (embedding last).
+CHUNK_COLUMNS = (
+    "chunk_id",
+    "tenant",
+    "doc_id",
+    "version",
+    "idx",
+    "start",
+    "stop",
+    "text",
+    "content_hash",
+    "embedding",
+)
+
+
+def chunk_values(document: DocumentRecord, chunk: ChunkRecord) -> tuple[Any, ...]:
+    """A chunk's row in CHUNK_COLUMNS order, the embedding as a float32 array."""
+    return (
+        chunk.chunk_id,
+        document.tenant,
+        document.doc_id,
+        document.version,
+        chunk.index,
+        chunk.start,
+        chunk.end,
+        chunk.text,
+        chunk.content_hash,
+        np.asarray(chunk.embedding, dtype=np.float32),
+    )
 
 
 def document_values(document: DocumentRecord) -> tuple[Any, ...]:

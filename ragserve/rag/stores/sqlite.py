@@ -24,8 +24,10 @@ from ragserve.rag.documents import (
     query_terms,
 )
 from ragserve.rag.stores.rows import (
+    CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
     DOCUMENT_SELECT,
+    chunk_values,
     document_from_row,
     document_values,
 )
@@ -150,23 +152,13 @@ class SqliteStore(SqlStore):
         return row[0] if row else 0
 
     def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        insert = (
+            f"INSERT INTO chunks ({', '.join(CHUNK_COLUMNS)})"
+            f" VALUES ({', '.join('?' for _ in CHUNK_COLUMNS)})"
+        )
         for chunk in chunks:
-            cursor = self._db.execute(
-                "INSERT INTO chunks (chunk_id, tenant, doc_id, version, idx, start, stop,"
-                " text, content_hash, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    chunk.chunk_id,
-                    document.tenant,
-                    document.doc_id,
-                    document.version,
-                    chunk.index,
-                    chunk.start,
-                    chunk.end,
-                    chunk.text,
-                    chunk.content_hash,
-                    np.asarray(chunk.embedding, dtype=np.float32).tobytes(),
-                ),
-            )
+            *values, embedding = chunk_values(document, chunk)
+            cursor = self._db.execute(insert, (*values, embedding.tobytes()))
             self._db.execute(
                 "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
                 (cursor.lastrowid, chunk.text),
