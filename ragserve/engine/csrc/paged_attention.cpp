@@ -21,6 +21,9 @@
 constexpr int64_t kMaxBlockSize = 128;
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kMaxGroup = 16;
+// Multiply-adds (per score or value pass) below which a batch of tasks is not split across
+// threads: waking a thread costs about as much as this much work.
+constexpr int64_t kMinTaskWork = 1 << 18;
 
 // bfloat16 is the top half of a float32, so widening is an exact shift that, unlike
 // c10::BFloat16's conversion, vectorizes.
@@ -63,7 +66,12 @@ static void decode_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
   const int64_t* lens = context_lens.data_ptr<int64_t>();
   float* out_ptr = out.data_ptr<float>();
 
-  at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // A task reads len * head_dim keys and values; tasks are grouped so that each thread gets
+  // enough of them to pay for waking it (a single short sequence runs on the calling thread).
+  int64_t max_len = 1;
+  for (int64_t s = 0; s < num_seqs; ++s) max_len = std::max(max_len, lens[s]);
+  const int64_t grain = std::max<int64_t>(1, kMinTaskWork / (max_len * head_dim * group));
+  at::parallel_for(0, num_seqs * num_kv_heads, grain, [&](int64_t begin, int64_t end) {
     // Fixed-size locals rather than heap vectors, so the compiler can keep them in registers.
     alignas(64) float query[kMaxGroup * kMaxHeadDim];
     alignas(64) float acc[kMaxGroup * kMaxHeadDim];
