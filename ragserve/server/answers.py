@@ -24,8 +24,9 @@ from ragserve.rag.prompt import TEMPLATE_VERSION
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit
 from ragserve.server.limits import LimitExceeded
-from ragserve.server.protocol import JSON_OR_EVENTS, error_responses, new_id, now
+from ragserve.server.protocol import error_responses, new_id, now
 from ragserve.server.response_cache import cache_key
+from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
 
 
@@ -125,9 +126,9 @@ async def _first_event(events: AsyncIterator[AnswerEvent]) -> AnswerEvent:
 
 
 def answer_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=JSON_OR_EVENTS | error_responses(400, 401, 429, 503))
+    router = APIRouter(responses=error_responses(400, 401, 429, 503))
 
-    @router.post("/v1/answers")
+    @router.post("/v1/answers", responses=json_or_events(AnswerResponse))
     async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:
         events = answer_events(state, who, body.question, body.top_k, "ans")
         first = await _first_event(events)

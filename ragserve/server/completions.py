@@ -26,7 +26,6 @@ from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
 from ragserve.server.limits import LimitExceeded
 from ragserve.server.protocol import (
-    JSON_OR_EVENTS,
     ChatCompletionRequest,
     CompletionRequest,
     SamplingFields,
@@ -35,6 +34,7 @@ from ragserve.server.protocol import (
     unknown_fields,
 )
 from ragserve.server.response_cache import cache_key
+from ragserve.server.responses import ChatCompletionResponse, CompletionResponse, json_or_events
 from ragserve.server.state import ServerState
 
 logger = logging.getLogger(__name__)
@@ -67,10 +67,10 @@ def tell_ignored(response: Response, names: list[str]) -> Response:
 
 
 def completion_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=JSON_OR_EVENTS | error_responses(400, 401, 404, 429, 503))
+    router = APIRouter(responses=error_responses(400, 401, 404, 429, 503))
     tokenizer = state.engine.tokenizer
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", responses=json_or_events(ChatCompletionResponse))
     async def chat_completions(
         body: ChatCompletionRequest, request: Request, who: Principal = Depends(principal)
     ) -> Response:
@@ -104,7 +104,7 @@ def completion_routes(state: ServerState) -> APIRouter:
         response = await complete(state, body, token_ids, request, who, echo=None)
         return tell_ignored(response, ignored)
 
-    @router.post("/v1/completions")
+    @router.post("/v1/completions", responses=json_or_events(CompletionResponse))
     async def completions(
         body: CompletionRequest, request: Request, who: Principal = Depends(principal)
     ) -> Response:

@@ -33,6 +33,14 @@ from ragserve.rag.parsers import parse_text
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, Rejection, invalid
 from ragserve.server.protocol import error_responses
+from ragserve.server.responses import (
+    AclChanged,
+    Deleted,
+    Document,
+    DocumentList,
+    SearchResults,
+    json_body,
+)
 from ragserve.server.state import ServerState
 
 # An id, optionally in a namespace: "<user>~<id>" (see scoped_doc_id).
@@ -137,6 +145,26 @@ ACTIONS = {
 }
 
 
+# The body POST /v1/documents reads itself: JSON text, or a multipart file upload.
+UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": DocumentText.model_json_schema()},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "acl": {"type": "string", "description": "JSON of {users, groups}"},
+                    "doc_id": {"type": "string"},
+                },
+            }
+        },
+    },
+}
+
+
 def document_routes(state: ServerState) -> APIRouter:
     router = APIRouter(responses=error_responses(400, 401, 403, 404, 413))
     settings = state.settings
@@ -194,7 +222,13 @@ def document_routes(state: ServerState) -> APIRouter:
             raise _not_found(doc_id)
         return doc_id, found
 
-    @router.post("/v1/documents", status_code=201)
+    @router.post(
+        "/v1/documents",
+        response_model=None,
+        status_code=201,
+        responses={201: {"model": Document}},
+        openapi_extra={"requestBody": UPLOAD_BODY},
+    )
     async def add_document(request: Request, who: Principal = Depends(principal)) -> dict:
         if not who.can_write():
             raise _forbidden()
@@ -224,7 +258,7 @@ def document_routes(state: ServerState) -> APIRouter:
             "reused_chunks": result.reused,
         }
 
-    @router.get("/v1/documents")
+    @router.get("/v1/documents", response_model=None, responses=json_body(DocumentList))
     async def list_documents(who: Principal = Depends(principal)) -> dict:
         access = access_for(who)
         documents = await run_in_threadpool(state.rag.store.list_documents, access)
@@ -236,11 +270,11 @@ def document_routes(state: ServerState) -> APIRouter:
             raise _not_found(doc_id)
         return document
 
-    @router.get("/v1/documents/{doc_id}")
+    @router.get("/v1/documents/{doc_id}", response_model=None, responses=json_body(Document))
     async def get_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
         return document_json(await visible_document(who, doc_id), access_for(who))
 
-    @router.delete("/v1/documents/{doc_id}")
+    @router.delete("/v1/documents/{doc_id}", response_model=None, responses=json_body(Deleted))
     async def delete_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
         document = await visible_document(who, doc_id)
         if not who.can_write():
@@ -250,7 +284,11 @@ def document_routes(state: ServerState) -> APIRouter:
             raise _not_found(doc_id)
         return {"id": doc_id, "object": "document", "deleted": True}
 
-    @router.put("/v1/documents/{doc_id}/acl")
+    @router.put(
+        "/v1/documents/{doc_id}/acl",
+        response_model=None,
+        responses=json_body(Document | AclChanged),
+    )
     async def set_acl(doc_id: str, body: AclBody, who: Principal = Depends(principal)) -> dict:
         document = await visible_document(who, doc_id)
         if not who.can_write():
@@ -265,7 +303,7 @@ def document_routes(state: ServerState) -> APIRouter:
             return {"id": doc_id, "object": "document", "acl": acl.as_json(), "permission": None}
         return document_json(document, access)
 
-    @router.post("/v1/search")
+    @router.post("/v1/search", response_model=None, responses=json_body(SearchResults))
     async def search(body: SearchRequest, who: Principal = Depends(principal)) -> dict:
         chunks = await run_in_threadpool(
             state.rag.retriever.hybrid, access_for(who), body.query, body.top_k

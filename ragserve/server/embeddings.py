@@ -12,6 +12,7 @@ from ragserve.server.completions import ignored_fields, tell_ignored
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, invalid
 from ragserve.server.protocol import EmbeddingRequest, error_responses
+from ragserve.server.responses import EmbeddingResponse, json_body
 from ragserve.server.state import ServerState
 
 
@@ -19,7 +20,7 @@ def embedding_routes(state: ServerState) -> APIRouter:
     router = APIRouter(responses=error_responses(400, 401, 404))
     embedder = state.rag.embedder
 
-    @router.post("/v1/embeddings")
+    @router.post("/v1/embeddings", responses=json_body(EmbeddingResponse))
     async def embeddings(body: EmbeddingRequest, who: Principal = Depends(principal)) -> Response:
         ignored = ignored_fields(state, body)
         if body.model != state.settings.embedding_model_id:

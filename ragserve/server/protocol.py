@@ -260,8 +260,6 @@ ERROR_STATUSES = {
     429: "A per-user limit; Retry-After says when to try again.",
     503: "The queue is full (Retry-After) or the engine stopped.",
 }
-# A response that is JSON, or server-sent events when the request asks to stream.
-JSON_OR_EVENTS = {200: {"content": {"application/json": {}, "text/event-stream": {}}}}
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -1,0 +1,170 @@
+"""The success bodies the API returns, as OpenAPI documents them. Routes build these bodies
+themselves (streams and cached replays share the wire format), so the models describe rather
+than filter: extra fields are allowed, and the schema fuzzer checks every body against them."""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ragserve.server.protocol import Usage
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AssistantMessage(Body):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(Body):
+    index: int
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletionResponse(Body):
+    """A chat completion; the "+rag" model adds citations, mode and refused."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class TextChoice(Body):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class CompletionResponse(Body):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage
+
+
+class Embedding(Body):
+    object: Literal["embedding"]
+    index: int
+    # Floats, or base64 of little-endian float32 with encoding_format "base64".
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(Body):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Body):
+    object: Literal["list"]
+    model: str
+    data: list[Embedding]
+    usage: EmbeddingUsage
+
+
+class ModelCard(Body):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    max_model_len: int | None = None
+
+
+class ModelList(Body):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Health(Body):
+    status: str
+
+
+class Citation(Body):
+    n: int
+    doc_id: str
+    chunk_id: str
+    title: str
+    start: int
+    end: int
+    quote: str
+    support: float
+
+
+class AnswerResponse(Body):
+    answer: str
+    mode: Literal["generated", "extractive", "refused"]
+    refused: bool
+    answerability: float | None
+    citations: list[Citation]
+    usage: dict[str, Any]
+    timings: dict[str, float]
+
+
+class Document(Body):
+    id: str
+    object: Literal["document"]
+    title: str
+    source: str
+    owner: str
+    version: int
+    acl: dict[str, Any]
+    # The caller's own level on the document: read, write or manage.
+    permission: str | None
+    num_chunks: int
+    text_length: int
+    content_hash: str
+    ingested_at: float
+
+
+class AclChanged(Body):
+    """After an ACL change that leaves the caller without access: only the new ACL."""
+
+    id: str
+    object: Literal["document"]
+    acl: dict[str, Any]
+    permission: None
+
+
+class DocumentList(Body):
+    object: Literal["list"]
+    data: list[Document]
+
+
+class Deleted(Body):
+    id: str
+    object: Literal["document"]
+    deleted: bool
+
+
+class Chunk(Body):
+    chunk_id: str
+    doc_id: str
+    title: str
+    source: str
+    start: int
+    end: int
+    text: str
+    score: float
+
+
+class SearchResults(Body):
+    object: Literal["list"]
+    data: list[Chunk]
+
+
+def json_or_events(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """A 200 that is the model as JSON, or server-sent events when the request streams."""
+    return {200: {"model": model, "content": {"text/event-stream": {}}}}
+
+
+def json_body(model: type[BaseModel] | Any) -> dict[int | str, dict[str, Any]]:
+    return {200: {"model": model}}
