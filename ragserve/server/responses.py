@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ragserve.rag.answer import Citation
 from ragserve.server.protocol import Usage
 
 
@@ -86,17 +87,6 @@ class ModelList(Body):
 
 class Health(Body):
     status: str
-
-
-class Citation(Body):
-    n: int
-    doc_id: str
-    chunk_id: str
-    title: str
-    start: int
-    end: int
-    quote: str
-    support: float
 
 
 class AnswerResponse(Body):
