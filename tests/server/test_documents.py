@@ -150,6 +150,18 @@ def test_unparseable_upload_is_400_and_stores_nothing(server, keys):
     assert len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"]) == before
 
 
+def test_an_upload_over_the_limit_is_413_and_stores_nothing(server, keys):
+    before = len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"])
+    limit = server.state.settings.max_upload_bytes
+    big = io.BytesIO(b"a " * (limit // 2 + 1))
+    response = call(
+        server, "POST", "/v1/documents", keys["writer"], files={"file": ("big.txt", big)}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "file_too_large"
+    assert len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"]) == before
+
+
 def test_a_hidden_document_id_gets_the_answer_a_free_id_gets(server, keys):
     hidden = call(
         server,
