@@ -1,24 +1,18 @@
 """Attention over the paged KV cache for a flattened batch of prefill chunks and decodes.
 
 Decodes (one query each) run in a C++ kernel that reads keys and values straight from their
-blocks (csrc/paged_attention.cpp, built once on first use). Where no compiler is available, a
+blocks (csrc/paged_attention.cpp, see kernels.py). Where no compiler is available, a
 PyTorch path gathers the context into a padded tensor instead: same result, more memory
 traffic. Each prefill chunk attends with SDPA over its gathered context, causal with an offset
 when earlier tokens are already cached. Cache layouts are described in kv_cache.py.
 """
 
-import functools
-import logging
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.config import cache_dir
-
-logger = logging.getLogger(__name__)
+from ragserve.engine.kernels import extension
 
 
 @dataclass
@@ -41,25 +35,6 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor
     decode_context_lens: torch.Tensor
     prefills: list[PrefillSpan]
-
-
-@functools.cache
-def decode_kernel() -> ModuleType | None:
-    from torch.utils.cpp_extension import load
-
-    build_dir = cache_dir() / "torch_extensions" / torch.__version__
-    build_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return load(
-            name="ragserve_paged_attention",
-            sources=[str(Path(__file__).parent / "csrc" / "paged_attention.cpp")],
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-        )
-    except Exception as error:  # a missing compiler must not stop the engine
-        logger.warning("paged attention kernel unavailable, using the PyTorch path: %s", error)
-        return None
 
 
 def write_kv(
@@ -92,10 +67,10 @@ def decode_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    kernel = decode_kernel()
-    if kernel is None:
+    kernels = extension()
+    if kernels is None:
         return gathered_decode_attention(q, k_cache, v_cache, meta, scale)
-    return kernel.paged_decode_attention(
+    return kernels.paged_decode_attention(
         q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, scale
     )
 

@@ -1,5 +1,6 @@
 """Engine settings. Every limit the scheduler enforces has a field here."""
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
 
 
+@functools.cache
 def native_bf16() -> bool:
     try:
         with open("/proc/cpuinfo") as cpuinfo:

@@ -14,6 +14,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
+from ragserve.engine.kernels import add_rms_norm, linear, rope_in_place, silu_mul
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -80,18 +81,6 @@ def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.
     return torch.stack((angles.cos() * scaling, angles.sin() * scaling))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor
@@ -144,7 +133,7 @@ class LlamaModel:
                     down=take(p + "mlp.down_proj.weight"),
                 )
             )
-        self.rope = rope.to(dtype)
+        self.rope = rope.float().contiguous()
 
     @classmethod
     def from_weights(
@@ -169,24 +158,34 @@ class LlamaModel:
         num_tokens = input_ids.shape[0]
         q_size = spec.num_heads * spec.head_dim
         kv_size = spec.num_kv_heads * spec.head_dim
-        cos, sin = (t.unsqueeze(1) for t in self.rope[:, positions])
+        eps = spec.rms_norm_eps
         hidden = F.embedding(input_ids, self.embed)
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_layers, strict=True):
-            x = rms_norm(hidden, layer.input_norm, spec.rms_norm_eps)
-            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
-            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-            q = apply_rope(q.view(num_tokens, spec.num_heads, spec.head_dim), cos, sin)
-            k = apply_rope(k.view(num_tokens, spec.num_kv_heads, spec.head_dim), cos, sin)
-            v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
-            attn = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)
-            hidden = hidden + F.linear(
-                attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj
+        x = add_rms_norm(hidden, None, self.layers[0].input_norm, eps)
+        next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
+        for layer, next_norm, (k_cache, v_cache) in zip(
+            self.layers, next_norms, kv_layers, strict=True
+        ):
+            qkv = linear(x, layer.qkv, layer.qkv_bias)
+            rope_in_place(
+                qkv, positions, self.rope, spec.num_heads + spec.num_kv_heads, spec.head_dim
             )
-            x = rms_norm(hidden, layer.post_norm, spec.rms_norm_eps)
-            gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
-        return rms_norm(hidden, self.norm, spec.rms_norm_eps)
+            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+            attn = paged_attention(
+                q.view(num_tokens, spec.num_heads, spec.head_dim),
+                k.view(num_tokens, spec.num_kv_heads, spec.head_dim),
+                v.view(num_tokens, spec.num_kv_heads, spec.head_dim),
+                k_cache,
+                v_cache,
+                meta,
+                self.scale,
+            )
+            attn_out = linear(attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj)
+            x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
+            mlp_out = linear(silu_mul(linear(x, layer.gate_up)), layer.down)
+            # The residual add also produces the next layer's input (the final norm's, last).
+            x = add_rms_norm(hidden, mlp_out, next_norm, eps)
+        return x
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head).float()
+        return linear(hidden, self.lm_head, out_dtype=torch.float32)

@@ -5,10 +5,10 @@ import torch
 
 from ragserve.engine.attention import (
     AttentionMetadata,
-    decode_kernel,
     gather_context,
     gathered_decode_attention,
 )
+from ragserve.engine.kernels import extension
 
 
 def reference(q, keys, values, scale):
@@ -34,7 +34,7 @@ def test_decode_paths_agree(dtype, block_size, head_dim):
     meta = AttentionMetadata(None, None, len(lens), tables, lens, [])
     scale = head_dim**-0.5
     gathered = gathered_decode_attention(q, k_cache, v_cache, meta, scale)
-    kernel = decode_kernel()
+    kernel = extension()
     assert kernel is not None, "the C++ kernel must build on this machine"
     fast = kernel.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale)
     for i, length in enumerate(lens.tolist()):

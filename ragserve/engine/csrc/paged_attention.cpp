@@ -12,6 +12,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "widen.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,17 +26,6 @@ constexpr int64_t kMaxGroup = 16;
 // Multiply-adds (per score or value pass) below which a batch of tasks is not split across
 // threads: waking a thread costs about as much as this much work.
 constexpr int64_t kMinTaskWork = 1 << 18;
-
-// bfloat16 is the top half of a float32, so widening is an exact shift that, unlike
-// c10::BFloat16's conversion, vectorizes.
-static inline float widen(float x) { return x; }
-
-static inline float widen(at::BFloat16 x) {
-  uint32_t bits = uint32_t(reinterpret_cast<const uint16_t&>(x)) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
 
 // Blocks are scattered in memory, so the hardware prefetcher cannot guess the next one.
 template <typename scalar_t>
@@ -176,9 +167,4 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
     kernel(q, k_cache, v_cache, block_tables, context_lens, scale, out);
   }
   return out;
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over a paged KV cache (CPU)");
 }

@@ -1,0 +1,23 @@
+// The Python module of the engine's CPU kernels; each kernel lives in its own file.
+#include <torch/extension.h>
+
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
+                                     torch::Tensor v_cache, torch::Tensor block_tables,
+                                     torch::Tensor context_lens, double scale);
+torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
+                                 c10::optional<torch::Tensor> bias, at::ScalarType out_dtype);
+torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> delta,
+                           torch::Tensor weight, double eps);
+void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_sin,
+                   int64_t heads, int64_t head_dim);
+torch::Tensor silu_mul(torch::Tensor gate_up);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode_attention", &paged_decode_attention,
+        "Decode attention over a paged KV cache");
+  m.def("small_batch_linear", &small_batch_linear,
+        "x W^T (+ bias) for a few rows, weights float32 or bfloat16, float32 accumulation");
+  m.def("add_rms_norm", &add_rms_norm, "hidden += delta in place, then RMSNorm(hidden) * weight");
+  m.def("rope_in_place", &rope_in_place, "RoPE on the first heads of each row, in place");
+  m.def("silu_mul", &silu_mul, "SiLU(gate) * up of a fused gate_up matrix");
+}

@@ -1,0 +1,154 @@
+// y = x W^T (+ bias) for the few rows of a decode step: x [M, K] (float32 or bfloat16),
+// W [N, K] (float32 or bfloat16), accumulated in float32, y in the requested dtype.
+//
+// At a handful of rows a linear layer is a weight stream: every weight is read once and used M
+// times. A tile of kTileN weight rows stays in cache while all M input rows pass over it, a few
+// at a time, each (input row, weight row) pair with its own vector accumulator. Every output is
+// reduced in the same order whatever M is, so a row's result does not depend on its batch.
+// bfloat16 weights halve the bytes streamed and widen exactly to float32 (a 16-bit shift), so
+// the arithmetic is float32 throughout; only y is rounded to bfloat16 when asked, to nearest
+// even as PyTorch does.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include "widen.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define RAGSERVE_AVX2 1
+#endif
+
+namespace {
+
+// Weight rows per task: 8 rows of K = 576..1536 are 9..48 KB, which stay in L1/L2 while every
+// input row passes over them.
+constexpr int64_t kTileN = 8;
+// Weight bytes below which a call is not split across threads.
+constexpr int64_t kMinThreadBytes = 1 << 16;
+
+#ifdef RAGSERVE_AVX2
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+static inline __m256 load8(const at::BFloat16* p) {
+  __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+static inline float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// y[m][n] for the kRowsM x kRowsN tile of x rows and weight rows at (x, w); x and w rows are
+// k_size apart, y rows n_size apart. Sizes are compile-time so the accumulators stay in
+// registers: a single input row gets eight weight rows (a pure weight stream), more rows share
+// each widened weight vector.
+template <int kRowsM, int kRowsN, typename w_t, typename y_t>
+static inline void tile(const float* x, const w_t* w, const float* bias, y_t* y, int64_t k_size,
+                        int64_t n_size) {
+  float dots[kRowsM][kRowsN] = {};
+  int64_t k = 0;
+#ifdef RAGSERVE_AVX2
+  __m256 acc[kRowsM][kRowsN];
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < kRowsN; ++n) acc[m][n] = _mm256_setzero_ps();
+  for (; k + 8 <= k_size; k += 8) {
+    __m256 wv[kRowsN];
+    for (int n = 0; n < kRowsN; ++n) wv[n] = load8(w + n * k_size + k);
+    for (int m = 0; m < kRowsM; ++m) {
+      const __m256 xv = _mm256_loadu_ps(x + m * k_size + k);
+      for (int n = 0; n < kRowsN; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
+    }
+  }
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < kRowsN; ++n) dots[m][n] = sum8(acc[m][n]);
+#endif
+  for (; k < k_size; ++k)
+    for (int m = 0; m < kRowsM; ++m)
+      for (int n = 0; n < kRowsN; ++n) dots[m][n] += x[m * k_size + k] * widen(w[n * k_size + k]);
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < kRowsN; ++n)
+      y[m * n_size + n] = y_t(dots[m][n] + (bias ? bias[n] : 0.0f));
+}
+
+// Weight rows [n0, n0 + kTileN) against every input row.
+template <typename w_t, typename y_t>
+static inline void weight_tile(const float* x, const w_t* w, const float* bias, y_t* y,
+                               int64_t m_size, int64_t k_size, int64_t n_size) {
+  int64_t m = 0;
+  if (m_size == 1) {
+    tile<1, 8>(x, w, bias, y, k_size, n_size);
+    return;
+  }
+  for (; m + 4 <= m_size; m += 4)
+    for (int64_t n = 0; n < kTileN; n += 2)
+      tile<4, 2>(x + m * k_size, w + n * k_size, bias ? bias + n : nullptr, y + m * n_size + n,
+                 k_size, n_size);
+  for (; m + 2 <= m_size; m += 2)
+    for (int64_t n = 0; n < kTileN; n += 4)
+      tile<2, 4>(x + m * k_size, w + n * k_size, bias ? bias + n : nullptr, y + m * n_size + n,
+                 k_size, n_size);
+  for (; m < m_size; ++m)
+    tile<1, 8>(x + m * k_size, w, bias, y + m * n_size, k_size, n_size);
+}
+
+template <typename w_t, typename y_t>
+static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y, int64_t m_size,
+                        int64_t n_size, int64_t k_size) {
+  const int64_t tiles = n_size / kTileN;
+  const int64_t tile_bytes = kTileN * k_size * int64_t(sizeof(w_t));
+  const int64_t grain = std::max<int64_t>(1, kMinThreadBytes / tile_bytes);
+  at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      weight_tile(x, w + t * kTileN * k_size, bias ? bias + t * kTileN : nullptr,
+                  y + t * kTileN, m_size, k_size, n_size);
+  });
+  // Rows past the last whole tile, one at a time.
+  for (int64_t n = tiles * kTileN; n < n_size; ++n)
+    for (int64_t m = 0; m < m_size; ++m)
+      tile<1, 1>(x + m * k_size, w + n * k_size, bias ? bias + n : nullptr, y + m * n_size + n,
+                 k_size, n_size);
+}
+
+template <typename w_t>
+static void dispatch_output(const float* x, const w_t* w, const float* bias, torch::Tensor& y,
+                            int64_t m, int64_t n, int64_t k) {
+  if (y.scalar_type() == torch::kBFloat16)
+    linear_rows(x, w, bias, y.data_ptr<at::BFloat16>(), m, n, k);
+  else
+    linear_rows(x, w, bias, y.data_ptr<float>(), m, n, k);
+}
+
+}  // namespace
+
+torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
+                                 c10::optional<torch::Tensor> bias, at::ScalarType out_dtype) {
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2, "x and weight must be matrices");
+  TORCH_CHECK(x.size(1) == weight.size(1), "x and weight differ in K");
+  TORCH_CHECK(weight.is_contiguous(), "weight must be contiguous");
+  TORCH_CHECK(out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16,
+              "out_dtype must be float32 or bfloat16");
+  const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
+  auto x32 = x.to(torch::kFloat32).contiguous();
+  torch::Tensor bias32;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->numel() == n, "bias must have N elements");
+    bias32 = bias->to(torch::kFloat32).contiguous();
+  }
+  const float* bias_ptr = bias.has_value() ? bias32.data_ptr<float>() : nullptr;
+  auto y = torch::empty({m, n}, x.options().dtype(out_dtype));
+  if (weight.scalar_type() == torch::kBFloat16) {
+    dispatch_output(x32.data_ptr<float>(), weight.data_ptr<at::BFloat16>(), bias_ptr, y, m, n, k);
+  } else {
+    TORCH_CHECK(weight.scalar_type() == torch::kFloat32, "weight must be float32 or bfloat16");
+    dispatch_output(x32.data_ptr<float>(), weight.data_ptr<float>(), bias_ptr, y, m, n, k);
+  }
+  return y;
+}

@@ -1,0 +1,100 @@
+"""The engine's C++ CPU kernels (csrc/), built once per machine and torch version on first use
+under the cache directory, and the PyTorch paths used where no compiler is available.
+
+Each kernel is checked against its PyTorch path in tests/engine/test_kernels.py.
+"""
+
+import functools
+import logging
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+from ragserve.engine.config import cache_dir, native_bf16
+
+logger = logging.getLogger(__name__)
+
+SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp")
+# Up to this many rows a linear layer streams its weights once through the small-batch kernel
+# (on AVX2, 2-3× faster than PyTorch's matmul at 1-8 rows and still ahead at 32: measured in
+# docs/benchmarks.md); past it a matmul library's blocking wins.
+SMALL_BATCH_ROWS = 32
+
+
+@functools.cache
+def extension() -> ModuleType | None:
+    from torch.utils.cpp_extension import load
+
+    build_dir = cache_dir() / "torch_extensions" / torch.__version__
+    build_dir.mkdir(parents=True, exist_ok=True)
+    csrc = Path(__file__).parent / "csrc"
+    try:
+        return load(
+            name="ragserve_kernels",
+            sources=[str(csrc / name) for name in SOURCES],
+            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build_dir),
+        )
+    except Exception as error:  # a missing compiler must not stop the engine
+        logger.warning("C++ kernels unavailable, using the PyTorch paths: %s", error)
+        return None
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype)."""
+    kernels = extension()
+    if kernels is not None and x.shape[0] <= SMALL_BATCH_ROWS:
+        return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
+    if weight.dtype == torch.bfloat16 and not native_bf16():
+        # Emulated bfloat16 matmuls are 6× slower than float32 ones; widening costs one pass.
+        y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        return y.to(out_dtype or x.dtype)
+    y = F.linear(x.to(weight.dtype), weight, bias)
+    return y.to(out_dtype or x.dtype)
+
+
+def add_rms_norm(
+    hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """hidden += delta in place (the residual stream), then RMSNorm(hidden) * weight."""
+    kernels = extension()
+    if kernels is not None:
+        return kernels.add_rms_norm(hidden, delta, weight, eps)
+    if delta is not None:
+        hidden.add_(delta)
+    x32 = hidden.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(hidden.dtype)
+
+
+def rope_in_place(
+    x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, heads: int, head_dim: int
+) -> None:
+    """Rotates the first `heads` heads of each row of x ([tokens, width]) by its position;
+    cos_sin is [2, max_len, head_dim] float32."""
+    kernels = extension()
+    if kernels is not None:
+        kernels.rope_in_place(x, positions, cos_sin, heads, head_dim)
+        return
+    rows = x[:, : heads * head_dim].unflatten(1, (heads, head_dim))
+    cos, sin = (t.unsqueeze(1) for t in cos_sin[:, positions])
+    half = head_dim // 2
+    rotated = torch.cat((-rows[..., half:], rows[..., :half]), dim=-1)
+    rows.copy_(rows * cos + rotated * sin)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[tokens, 2 * size] -> SiLU(gate) * up, [tokens, size]."""
+    kernels = extension()
+    if kernels is not None:
+        return kernels.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up

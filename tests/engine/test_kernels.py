@@ -1,0 +1,106 @@
+"""The C++ kernels against plain PyTorch, and the PyTorch fallbacks against the same
+references, in float32 and bfloat16."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ragserve.engine import kernels
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(params=["kernel", "fallback"])
+def path(request, monkeypatch):
+    if request.param == "kernel":
+        assert kernels.extension() is not None, "the C++ kernels must build on this machine"
+    else:
+        monkeypatch.setattr(kernels, "extension", lambda: None)
+    return request.param
+
+
+@pytest.mark.parametrize("weight_dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 17, 32, 40])
+def test_linear_matches_float32_matmul(path, weight_dtype, rows):
+    torch.manual_seed(rows)
+    # N and K not multiples of the kernel's tiles, so the tails are exercised.
+    x = torch.randn(rows, 203)
+    weight = torch.randn(37, 203).to(weight_dtype)
+    bias = torch.randn(37).to(weight_dtype)
+    expected = F.linear(x, weight.float(), bias.float())
+    got = kernels.linear(x, weight, bias)
+    assert got.dtype == torch.float32 and got.shape == (rows, 37)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    rounded = kernels.linear(x.to(weight_dtype), weight, out_dtype=torch.float32)
+    assert rounded.dtype == torch.float32
+
+
+def test_linear_kernel_rows_do_not_depend_on_the_batch():
+    """Each output row is reduced in the same order whatever else is in the batch."""
+    torch.manual_seed(0)
+    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576)
+    weight = torch.randn(960, 576).to(torch.bfloat16)
+    alone = torch.cat([kernels.linear(x[i : i + 1], weight) for i in range(len(x))])
+    for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
+        assert torch.equal(kernels.linear(x[:rows], weight), alone[:rows])
+
+
+def reference_norm(hidden, weight, eps):
+    x32 = hidden.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(hidden.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_delta", [False, True])
+def test_add_rms_norm(path, dtype, with_delta):
+    torch.manual_seed(1)
+    hidden = torch.randn(5, 96).to(dtype)
+    delta = torch.randn(5, 96).to(dtype) if with_delta else None
+    weight = torch.randn(96).to(dtype)
+    expected_hidden = hidden + delta if with_delta else hidden.clone()
+    expected = reference_norm(expected_hidden, weight, 1e-5)
+    got = kernels.add_rms_norm(hidden, delta, weight, 1e-5)
+    assert torch.equal(hidden, expected_hidden), "the residual stream is updated in place"
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_rotates_q_and_k_heads_only(path, dtype):
+    torch.manual_seed(2)
+    heads, kv_heads, head_dim, max_len = 4, 2, 16, 64
+    qkv = torch.randn(6, (heads + 2 * kv_heads) * head_dim).to(dtype)
+    positions = torch.tensor([0, 3, 7, 8, 40, 63])
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.outer(torch.arange(max_len).float(), inv_freq).repeat(1, 2)
+    cos_sin = torch.stack((angles.cos(), angles.sin()))
+    rotated_width = (heads + kv_heads) * head_dim
+    x = qkv[:, :rotated_width].float().unflatten(1, (heads + kv_heads, head_dim))
+    cos, sin = cos_sin[0, positions].unsqueeze(1), cos_sin[1, positions].unsqueeze(1)
+    half = head_dim // 2
+    expected = x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+    values = qkv[:, rotated_width:].clone()
+    kernels.rope_in_place(qkv, positions, cos_sin, heads + kv_heads, head_dim)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(
+        qkv[:, :rotated_width].float(), expected.flatten(1), atol=tolerance, rtol=tolerance
+    )
+    assert torch.equal(qkv[:, rotated_width:], values), "values are not rotated"
+
+
+def test_rope_refuses_a_position_past_the_table():
+    cos_sin = torch.zeros(2, 8, 4)
+    with pytest.raises(RuntimeError, match="position out of range"):
+        kernels.extension().rope_in_place(torch.zeros(1, 8), torch.tensor([8]), cos_sin, 2, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul(path, dtype):
+    torch.manual_seed(3)
+    gate_up = (torch.randn(3, 2 * 50) * 4).to(dtype)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(
+        kernels.silu_mul(gate_up).float(), F.silu(gate) * up, atol=tolerance, rtol=tolerance
+    )
