@@ -34,7 +34,17 @@ from ragserve.engine.stats import EngineStats, StepTimes
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        torch.set_num_threads(config.threads)
+        self._stepping_thread: int | None = None
+        # Loading runs on one thread: a thread that forms an OpenMP team keeps it for life, and
+        # the thread that builds the engine need not be the one that steps it (see step()).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self._load(config)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _load(self, config: EngineConfig) -> None:
         self.model_path = resolve_model(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         dtype = DTYPES[config.dtype]
@@ -184,6 +194,10 @@ class LLMEngine:
             return bool(self._requests)
 
     def step(self) -> list[RequestOutput]:
+        if self._stepping_thread != threading.get_ident():
+            # OpenMP thread counts are per thread; the stepping thread gets the configured one.
+            torch.set_num_threads(self.config.threads)
+            self._stepping_thread = threading.get_ident()
         started = time.perf_counter()
         outputs = self._take_inbox()
         batch = self.scheduler.schedule()

@@ -12,6 +12,9 @@ void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_s
                    int64_t heads, int64_t head_dim);
 torch::Tensor silu_mul(torch::Tensor gate_up);
 
+// The kernels keep the GIL while they run. Releasing it lets a server's event loop take a core
+// in the middle of a parallel region, which then waits for it: on 2 cores a single stream's
+// time per token went from 27 to 28-33 ms when released.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention,
         "Decode attention over a paged KV cache");
