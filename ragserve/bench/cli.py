@@ -40,6 +40,9 @@ def offline(
     hf_static_batch: Annotated[
         int, typer.Option(help="Static batch size for transformers (0: skip).")
     ] = 32,
+    hf_dtypes: Annotated[
+        str, typer.Option(help="transformers dtypes to compare with, comma-separated.")
+    ] = "float32,bfloat16",
     model: str = DEFAULT_MODEL,
     dtype: str = EngineConfig.dtype,
     max_num_seqs: int = 128,
@@ -50,7 +53,15 @@ def offline(
 ) -> None:
     """Engine throughput against transformers on the same random workload."""
     from ragserve.bench.offline import run, to_markdown, write_report
+    from ragserve.engine.kv_cache import DTYPES
 
+    baseline_dtypes = tuple(name.strip() for name in hf_dtypes.split(",") if name.strip())
+    unknown = [name for name in baseline_dtypes if name not in DTYPES]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
+            param_hint="--hf-dtypes",
+        )
     config = EngineConfig(
         model=model,
         dtype=dtype,
@@ -65,6 +76,7 @@ def offline(
         hf_batch1_requests,
         hf_static_batch,
         seed,
+        baseline_dtypes,
     )
     write_report(report, out)
     if as_json:

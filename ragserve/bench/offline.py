@@ -2,7 +2,8 @@
 
 N requests with random prompt lengths and output lengths (EOS ignored) are submitted at once to
 the engine. The same kind of requests then go through transformers' generate, at batch 1 and as
-a static batch (left-padded prompts, every row generating the longest output of its batch).
+a static batch (left-padded prompts, every row generating the longest output of its batch), in
+float32 and in bfloat16.
 transformers is given the benefit of the doubt: all tokens it generates count, padding
 included, and it runs on a sample of the requests since it is slow.
 """
@@ -17,6 +18,7 @@ import torch
 
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
+from ragserve.engine.kv_cache import DTYPES
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.stats import StepTimes
 
@@ -109,7 +111,7 @@ def run_transformers(
         generated += (out.shape[1] - width) * len(prompts)
     elapsed = time.perf_counter() - start
     return Measurement(
-        f"transformers batch {batch_size}",
+        f"transformers {str(dtype).removeprefix('torch.')} batch {batch_size}",
         len(workload.prompts),
         sum(map(len, workload.prompts)),
         generated,
@@ -125,6 +127,7 @@ def run(
     hf_batch1_requests: int,
     hf_static_batch: int,
     seed: int,
+    hf_dtypes: tuple[str, ...] = ("float32", "bfloat16"),
 ) -> dict:
     engine = LLMEngine(config)
     workload = Workload.random(
@@ -133,14 +136,15 @@ def run(
     # A short warm-up builds the attention kernel and touches the weights.
     run_engine(engine, workload.sample(2))
     ours, profile = run_engine(engine, workload)
-    hf_dtype = torch.float32
     baselines = []
-    if hf_batch1_requests:
-        sample = workload.sample(hf_batch1_requests)
-        baselines.append(run_transformers(engine.model_path, sample, 1, hf_dtype))
-    if hf_static_batch:
-        sample = workload.sample(hf_static_batch)
-        baselines.append(run_transformers(engine.model_path, sample, hf_static_batch, hf_dtype))
+    for name in hf_dtypes:
+        hf_dtype = DTYPES[name]
+        if hf_batch1_requests:
+            sample = workload.sample(hf_batch1_requests)
+            baselines.append(run_transformers(engine.model_path, sample, 1, hf_dtype))
+        if hf_static_batch:
+            sample = workload.sample(hf_static_batch)
+            baselines.append(run_transformers(engine.model_path, sample, hf_static_batch, hf_dtype))
     return {
         "workload": {
             "num_requests": num_requests,
