@@ -42,6 +42,8 @@ ENGINE_FIELDS = (
     "max_queued_requests",
     "max_queued_tokens",
     "enable_prefix_caching",
+    "speculative_tokens",
+    "speculative_max_batch",
 )
 RETRIEVAL = defaults(RetrievalSettings)
 EVIDENCE = defaults(EvidenceSettings)
@@ -66,6 +68,10 @@ class Settings(BaseSettings):
     max_queued_tokens: int = Field(ENGINE["max_queued_tokens"], ge=1)
     # Reuse the KV blocks of earlier prompts' shared prefixes (within a tenant).
     enable_prefix_caching: bool = ENGINE["enable_prefix_caching"]
+    # Draft tokens per step for greedy requests by prompt lookup (0: off), and the most
+    # decoding sequences at which it is used.
+    speculative_tokens: int = Field(ENGINE["speculative_tokens"], ge=0, le=16)
+    speculative_max_batch: int = Field(ENGINE["speculative_max_batch"], ge=0)
     # Request limits.
     max_tokens_cap: int = Field(2048, ge=1)
     default_max_tokens: int = Field(256, ge=1)

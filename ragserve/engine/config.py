@@ -52,6 +52,11 @@ class EngineConfig:
     max_queued_requests: int = 1024
     max_queued_tokens: int = 1 << 20
     enable_prefix_caching: bool = True
+    # Speculative decoding by prompt lookup (ngram.py) for plain greedy requests: draft tokens
+    # verified per step (0: off), while at most speculative_max_batch sequences decode. Past
+    # that the step is compute-bound and a wider verify step costs more than it saves.
+    speculative_tokens: int = 4
+    speculative_max_batch: int = 4
     num_threads: int | None = None
     seed: int = 0
 
@@ -70,8 +75,9 @@ class EngineConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.output_reserve_tokens < 0:
-            raise ValueError("output_reserve_tokens must not be negative")
+        for name in ("output_reserve_tokens", "speculative_tokens", "speculative_max_batch"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be at least 2")
 

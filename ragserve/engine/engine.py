@@ -209,7 +209,7 @@ class LLMEngine:
         self.scheduler.postprocess(batch, sampled)
         now = time.monotonic()
         touched: dict[str, RequestState] = {}
-        for seq, token in sampled.items():
+        for seq, tokens in sampled.items():
             request = self._requests[seq.request_id]
             if request.held:  # the prompt is computed: the other choices can reuse its blocks
                 for held in request.held:
@@ -217,14 +217,7 @@ class LLMEngine:
                 request.held = []
             if seq.first_token_time is None:
                 seq.first_token_time = now
-            detokenizer = request.choices[seq.index].detokenizer
-            stop_token = self._is_stop_token(seq.params, token)
-            # A stop token's text is not part of the output unless asked for, as in vLLM.
-            if not stop_token or seq.params.include_stop_str_in_output:
-                detokenizer.add(token, seq.num_output_tokens >= seq.params.min_tokens)
-            reason = "stop" if stop_token else self._finish_reason(seq, detokenizer)
-            if reason is not None:
-                self.scheduler.finish(seq, reason)
+            self._take_tokens(seq, tokens, request.choices[seq.index].detokenizer)
             touched[seq.request_id] = request
         outputs.extend(self._output(request) for request in touched.values())
         times = self.step_times
@@ -256,15 +249,36 @@ class LLMEngine:
             outputs.append(self._output(request))
         return outputs
 
+    def _take_tokens(
+        self, seq: Sequence, tokens: list[int], detokenizer: IncrementalDetokenizer
+    ) -> None:
+        """Detokenize the step's new tokens (already appended to seq) one by one; a stop ends
+        the sequence there, dropping the tokens a verified draft had accepted after it."""
+        first = seq.num_tokens - len(tokens)
+        for position, token in enumerate(tokens, start=first):
+            # Counted as if the tokens arrived one per step, as they would without a draft.
+            num_output = position + 1 - seq.num_prompt_tokens
+            stop_token = self._is_stop_token(seq.params, token)
+            # A stop token's text is not part of the output unless asked for, as in vLLM.
+            if not stop_token or seq.params.include_stop_str_in_output:
+                detokenizer.add(token, num_output >= seq.params.min_tokens)
+            reason = "stop" if stop_token else self._finish_reason(seq, num_output, detokenizer)
+            if reason is not None:
+                del seq.token_ids[position + 1 :]
+                self.scheduler.finish(seq, reason)
+                return
+
     def _is_stop_token(self, params: SamplingParams, token: int) -> bool:
         if not params.ignore_eos and token in self.eos_token_ids:
             return True
         return token in (params.stop_token_ids or ())
 
-    def _finish_reason(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> str | None:
+    def _finish_reason(
+        self, seq: Sequence, num_output: int, detokenizer: IncrementalDetokenizer
+    ) -> str | None:
         if detokenizer.stopped_by is not None:
             return "stop"
-        if seq.num_output_tokens >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
+        if num_output >= seq.max_tokens or seq.num_prompt_tokens + num_output >= self.max_model_len:
             return "length"
         return None
 
@@ -285,4 +299,6 @@ class LLMEngine:
             prefix_cache_queries=bm.prefix_cache_queries,
             prefix_cache_hits=bm.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
+            spec_decode_draft_tokens=self.scheduler.num_draft_tokens,
+            spec_decode_accepted_tokens=self.scheduler.num_accepted_tokens,
         )

@@ -73,20 +73,26 @@ class ModelRunner:
             prefills=prefills,
         )
 
-    def run(self, batch: ScheduledBatch) -> tuple[dict[Sequence, int], float]:
-        """Compute the batch; return the sampled next token of each sequence that finished
-        computing all its tokens this step, and the seconds the forward pass took. Sequences
-        that asked for logprobs get this step's appended to seq.logprobs."""
+    def run(self, batch: ScheduledBatch) -> tuple[dict[Sequence, list[int]], float]:
+        """Compute the batch; return the new tokens of each sequence that finished computing
+        all its tokens this step (one sampled token, or a verified draft's accepted tokens and
+        the one after them), and the seconds the forward pass took. Sequences that asked for
+        logprobs get this step's appended to seq.logprobs."""
         started = time.perf_counter()
         token_ids: list[int] = []
         positions: list[int] = []
         sample_rows: list[int] = []
         sample_seqs: list[Sequence] = []
+        verify_rows: list[int] = []
         for seq, num in zip(batch.seqs, batch.num_new_tokens, strict=True):
             start = seq.num_computed_tokens
-            token_ids.extend(seq.token_ids[start : start + num])
+            draft = batch.drafts.get(seq, [])
+            token_ids.extend(seq.token_ids[start : start + num - len(draft)])
+            token_ids.extend(draft)
             positions.extend(range(start, start + num))
-            if start + num == seq.num_tokens:
+            if draft:
+                verify_rows.extend(range(len(token_ids) - num, len(token_ids)))
+            elif start + num == seq.num_tokens:
                 sample_rows.append(len(token_ids) - 1)
                 sample_seqs.append(seq)
         meta = self.build_metadata(batch)
@@ -94,16 +100,40 @@ class ModelRunner:
             torch.tensor(token_ids), torch.tensor(positions), meta, self.kv_layers
         )
         forward_s = time.perf_counter() - started
-        if not sample_seqs:
+        if not sample_rows and not verify_rows:
             return {}, forward_s
-        logits = self.model.logits(hidden[torch.tensor(sample_rows)])
-        params = [s.params for s in sample_seqs]
+        # One vocabulary projection for all rows: it streams the whole embedding matrix.
+        logits = self.model.logits(hidden[torch.tensor(sample_rows + verify_rows)])
+        new_tokens = self._sample(logits[: len(sample_rows)], sample_seqs)
+        new_tokens.update(self._verify(logits[len(sample_rows) :], batch.drafts))
+        return new_tokens, forward_s
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> dict[Sequence, list[int]]:
+        if not seqs:
+            return {}
+        params = [s.params for s in seqs]
         # Logprobs describe the model's own distribution, so they are read before adjustment.
-        for seq, logprobs in zip(
-            sample_seqs, self.sampler.top_logprobs(logits, params), strict=True
-        ):
+        for seq, logprobs in zip(seqs, self.sampler.top_logprobs(logits, params), strict=True):
             if logprobs is not None:
                 seq.logprobs.append(logprobs)
-        adjusted = self.logits_processor(logits, sample_seqs)
-        tokens = self.sampler(adjusted, params, [s.generator for s in sample_seqs])
-        return dict(zip(sample_seqs, tokens, strict=True)), forward_s
+        adjusted = self.logits_processor(logits, seqs)
+        tokens = self.sampler(adjusted, params, [s.generator for s in seqs])
+        return {seq: [token] for seq, token in zip(seqs, tokens, strict=True)}
+
+    @staticmethod
+    def _verify(
+        logits: torch.Tensor, drafts: dict[Sequence, list[int]]
+    ) -> dict[Sequence, list[int]]:
+        """Greedy verification: a draft token is accepted while it is the argmax after the
+        tokens before it; the argmax after the last accepted one comes free."""
+        chosen = logits.argmax(dim=-1).tolist()
+        result = {}
+        offset = 0
+        for seq, draft in drafts.items():
+            argmaxes = chosen[offset : offset + len(draft) + 1]
+            offset += len(draft) + 1
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == argmaxes[accepted]:
+                accepted += 1
+            result[seq] = argmaxes[: accepted + 1]
+        return result

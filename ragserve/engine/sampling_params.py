@@ -92,6 +92,12 @@ class SamplingParams:
         return self.temperature == 0
 
     @property
+    def speculatable(self) -> bool:
+        """Whether draft tokens can be checked against this request's own choices: plain
+        greedy decoding, so a token is accepted exactly when it is the argmax."""
+        return self.greedy and not self.adjusts_logits and self.logprobs is None
+
+    @property
     def adjusts_logits(self) -> bool:
         """Whether anything changes the model's logits before sampling."""
         return bool(

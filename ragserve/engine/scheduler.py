@@ -2,10 +2,11 @@
 
 One token budget per step: running decodes first, then unfinished prefills, then new requests
 from the fair queue, each prefill cut to what is left of the budget (chunked prefill), so a long
-prompt delays the running decodes by at most one step. A waiting request is admitted only when
-the KV blocks for its uncached tokens plus an output reserve are free. A running sequence that
-cannot grow preempts the most recently admitted one (recompute: its blocks are freed and it goes
-back to the queue, where its cached prefix usually survives).
+prompt delays the running decodes by at most one step. When few sequences decode, greedy ones
+get draft tokens to verify in the same step (speculative decoding, ngram.py). A waiting request
+is admitted only when the KV blocks for its uncached tokens plus an output reserve are free. A
+running sequence that cannot grow preempts the most recently admitted one (recompute: its blocks
+are freed and it goes back to the queue, where its cached prefix usually survives).
 """
 
 import time
@@ -14,16 +15,20 @@ from dataclasses import dataclass, field
 from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.fairness import FairQueue
+from ragserve.engine.ngram import propose
 from ragserve.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass
 class ScheduledBatch:
-    """Sequences to run this step, decodes first, with how many new tokens each computes."""
+    """Sequences to run this step, single-token decodes first, with how many new tokens each
+    computes. A decode with draft tokens computes its last token and the draft, and follows
+    the single-token decodes (it attends with several queries, like a prefill chunk)."""
 
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     num_decodes: int = 0
+    drafts: dict[Sequence, list[int]] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -41,6 +46,8 @@ class Scheduler:
         self.waiting = FairQueue()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
 
     @property
     def num_queued_tokens(self) -> int:
@@ -104,6 +111,29 @@ class Scheduler:
             batch.add(seq, 1)
             index += 1
         batch.num_decodes = len(batch.seqs)
+        if 0 < batch.num_decodes <= self.config.speculative_max_batch:
+            self._add_drafts(batch, budget - batch.num_tokens)
+
+    def _add_drafts(self, batch: ScheduledBatch, spare: int) -> None:
+        single, drafted = [], []
+        for seq in batch.seqs:
+            # The draft plus the token after it must fit in max_tokens and the step's budget.
+            room = min(
+                self.config.speculative_tokens,
+                seq.max_tokens - seq.num_output_tokens - 1,
+                spare,
+            )
+            draft = propose(seq.token_ids, room) if seq.params.speculatable else []
+            if draft and self.block_manager.can_append(seq, len(draft)):
+                self.block_manager.append_slots(seq, len(draft))
+                batch.drafts[seq] = draft
+                spare -= len(draft)
+                drafted.append(seq)
+            else:
+                single.append(seq)
+        batch.seqs = single + drafted
+        batch.num_new_tokens = [1] * len(single) + [1 + len(batch.drafts[s]) for s in drafted]
+        batch.num_decodes = len(single)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -113,14 +143,21 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.push(seq)
 
-    def postprocess(self, batch: ScheduledBatch, sampled: dict[Sequence, int]) -> None:
+    def postprocess(self, batch: ScheduledBatch, sampled: dict[Sequence, list[int]]) -> None:
         """Record the computed tokens and the sampled ones; publish newly full blocks."""
         for seq, num in zip(batch.seqs, batch.num_new_tokens, strict=True):
-            seq.num_computed_tokens += num
-            token = sampled.get(seq)
-            if token is not None:
-                seq.token_ids.append(token)
-                self.waiting.charge(seq.user, 0, 1)
+            tokens = sampled.get(seq, [])
+            draft = batch.drafts.get(seq)
+            if draft is None:
+                seq.num_computed_tokens += num
+            else:
+                # The sampled tokens are the accepted draft plus one; the keys and values of the
+                # rejected draft tokens are overwritten when those positions are computed.
+                seq.num_computed_tokens += len(tokens)
+                self.num_draft_tokens += len(draft)
+                self.num_accepted_tokens += len(tokens) - 1
+            seq.token_ids.extend(tokens)
+            self.waiting.charge(seq.user, 0, len(tokens))
             self.block_manager.publish_computed_blocks(seq)
 
     def finish(self, seq: Sequence, reason: str) -> None:

@@ -13,6 +13,9 @@ class EngineStats:
     prefix_cache_queries: int
     prefix_cache_hits: int
     num_preemptions: int
+    # Speculative decoding: draft tokens verified, and those accepted.
+    spec_decode_draft_tokens: int = 0
+    spec_decode_accepted_tokens: int = 0
 
     @property
     def kv_blocks_used(self) -> int:

@@ -55,6 +55,16 @@ class EngineCollector(Collector):
             "Sequences preempted for lack of KV blocks.",
             stats.num_preemptions,
         )
+        yield CounterMetricFamily(
+            "ragserve:spec_decode_num_draft_tokens",
+            "Draft tokens verified by speculative decoding (prompt lookup).",
+            stats.spec_decode_draft_tokens,
+        )
+        yield CounterMetricFamily(
+            "ragserve:spec_decode_num_accepted_tokens",
+            "Draft tokens accepted: each is a decode step saved.",
+            stats.spec_decode_accepted_tokens,
+        )
 
 
 class ServerMetrics:

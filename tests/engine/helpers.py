@@ -30,6 +30,9 @@ def make_seq(
 
 
 def make_scheduler(num_blocks: int, block_size: int = 4, **config: int) -> Scheduler:
+    # Without drafts unless asked: run_step's model repeats one token, which prompt lookup
+    # would always draft.
+    config.setdefault("speculative_tokens", 0)
     engine_config = EngineConfig(block_size=block_size, **config)
     return Scheduler(engine_config, BlockManager(num_blocks, block_size, True))
 
@@ -38,7 +41,7 @@ def run_step(scheduler: Scheduler, next_token: int = 7) -> dict[str, int]:
     """Schedule one step, pretend the model ran, and return {request_id: tokens computed}."""
     batch = scheduler.schedule()
     sampled = {
-        seq: next_token
+        seq: [next_token]
         for seq, num in zip(batch.seqs, batch.num_new_tokens, strict=True)
         if seq.num_computed_tokens + num == seq.num_tokens
     }
