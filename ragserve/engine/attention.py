@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.kernels import extension
+from ragserve.engine.kernels import extension, write_kv
 
 
 @dataclass
@@ -35,17 +35,6 @@ class AttentionMetadata:
     decode_block_tables: torch.Tensor
     decode_context_lens: torch.Tensor
     prefills: list[PrefillSpan]
-
-
-def write_kv(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    meta: AttentionMetadata,
-) -> None:
-    k_cache[:, meta.slot_blocks, :, meta.slot_offsets] = k
-    v_cache[:, meta.slot_blocks, meta.slot_offsets] = v.transpose(0, 1)
 
 
 def gather_context(
@@ -128,7 +117,7 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """q [tokens, heads, dim], k and v [tokens, kv_heads, dim] -> [tokens, heads, dim]."""
-    write_kv(k_cache, v_cache, k, v, meta)
+    write_kv(k_cache, v_cache, k, v, meta.slot_blocks, meta.slot_offsets)
     out = torch.empty_like(q)
     if meta.num_decodes:
         out[: meta.num_decodes] = decode_attention(

@@ -1,7 +1,8 @@
 """The engine's C++ CPU kernels (csrc/), built once per machine and torch version on first use
 under the cache directory, and the PyTorch paths used where no compiler is available.
 
-Each kernel is checked against its PyTorch path in tests/engine/test_kernels.py.
+Each kernel and its PyTorch path are checked against plain references in
+tests/engine/test_kernels.py and tests/engine/test_attention.py.
 """
 
 import functools
@@ -98,3 +99,20 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return kernels.silu_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slot_blocks: torch.Tensor,
+    slot_offsets: torch.Tensor,
+) -> None:
+    """Store k and v ([tokens, kv_heads, head_dim]) at their slots (layouts in kv_cache.py)."""
+    kernels = extension()
+    if kernels is not None:
+        kernels.write_kv(k, v, k_cache, v_cache, slot_blocks, slot_offsets)
+        return
+    k_cache[:, slot_blocks, :, slot_offsets] = k
+    v_cache[:, slot_blocks, slot_offsets] = v.transpose(0, 1)

@@ -104,3 +104,25 @@ def test_silu_mul(path, dtype):
     torch.testing.assert_close(
         kernels.silu_mul(gate_up).float(), F.silu(gate) * up, atol=tolerance, rtol=tolerance
     )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
+    torch.manual_seed(4)
+    kv_heads, head_dim, block_size, blocks = 2, 8, 4, 6
+    k_cache = torch.zeros(kv_heads, blocks, head_dim, block_size, dtype=dtype)
+    v_cache = torch.zeros(kv_heads, blocks, block_size, head_dim, dtype=dtype)
+    # k and v as slices of wider rows, as they come out of the fused qkv projection.
+    rows = torch.randn(3, 3 * kv_heads * head_dim).to(dtype)
+    k = rows[:, : kv_heads * head_dim].view(3, kv_heads, head_dim)
+    v = rows[:, kv_heads * head_dim : 2 * kv_heads * head_dim].view(3, kv_heads, head_dim)
+    slot_blocks, slot_offsets = torch.tensor([5, 0, 5]), torch.tensor([3, 0, 1])
+    kernels.write_kv(k_cache, v_cache, k, v, slot_blocks, slot_offsets)
+    slots = zip(slot_blocks.tolist(), slot_offsets.tolist(), strict=True)
+    for t, (block, offset) in enumerate(slots):
+        assert torch.equal(k_cache[:, block, :, offset], k[t])
+        assert torch.equal(v_cache[:, block, offset], v[t])
+    assert int((k_cache != 0).sum()) == int((k != 0).sum()), "nothing else is written"
+    if path == "kernel":
+        with pytest.raises(RuntimeError, match="slot out of range"):
+            kernels.write_kv(k_cache, v_cache, k, v, torch.tensor([6, 0, 0]), slot_offsets)

@@ -4,6 +4,8 @@
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
                                      torch::Tensor v_cache, torch::Tensor block_tables,
                                      torch::Tensor context_lens, double scale);
+void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Tensor v_cache,
+              torch::Tensor slot_blocks, torch::Tensor slot_offsets);
 torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
                                  c10::optional<torch::Tensor> bias, at::ScalarType out_dtype);
 torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> delta,
@@ -18,6 +20,7 @@ torch::Tensor silu_mul(torch::Tensor gate_up);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention,
         "Decode attention over a paged KV cache");
+  m.def("write_kv", &write_kv, "Store new keys and values at their slots in the paged cache");
   m.def("small_batch_linear", &small_batch_linear,
         "x W^T (+ bias) for a few rows, weights float32 or bfloat16, float32 accumulation");
   m.def("add_rms_norm", &add_rms_norm, "hidden += delta in place, then RMSNorm(hidden) * weight");

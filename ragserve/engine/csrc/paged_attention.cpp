@@ -168,3 +168,51 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
   }
   return out;
 }
+
+// Stores the step's new keys and values at their slots: k and v [tokens, kv_heads, head_dim]
+// (rows may be strided, as slices of the fused qkv rows), slot_blocks and slot_offsets [tokens].
+void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Tensor v_cache,
+              torch::Tensor slot_blocks, torch::Tensor slot_offsets) {
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [tokens, heads, dim]");
+  TORCH_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "k and v rows must be contiguous");
+  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() &&
+                  v.scalar_type() == v_cache.scalar_type(),
+              "k, v and the cache must share a dtype");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
+  TORCH_CHECK(k_cache.size(0) == k.size(1) && k_cache.size(2) == k.size(2) &&
+                  v_cache.size(3) == k.size(2),
+              "cache heads or head_dim differ from k's");
+  TORCH_CHECK(slot_blocks.scalar_type() == torch::kInt64 &&
+                  slot_offsets.scalar_type() == torch::kInt64 &&
+                  slot_blocks.numel() == k.size(0) && slot_offsets.numel() == k.size(0),
+              "slots must be int64, one per token");
+  auto blocks = slot_blocks.contiguous();
+  auto offsets = slot_offsets.contiguous();
+  const int64_t* block_ptr = blocks.data_ptr<int64_t>();
+  const int64_t* offset_ptr = offsets.data_ptr<int64_t>();
+  const int64_t tokens = k.size(0), heads = k.size(1), head_dim = k.size(2);
+  const int64_t cache_blocks = k_cache.size(1), block_size = k_cache.size(3);
+  for (int64_t t = 0; t < tokens; ++t)
+    TORCH_CHECK(block_ptr[t] >= 0 && block_ptr[t] < cache_blocks && offset_ptr[t] >= 0 &&
+                    offset_ptr[t] < block_size,
+                "slot out of range");
+  const int64_t block_elems = head_dim * block_size;
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, k.scalar_type(), "write_kv", [&] {
+    const scalar_t* k_ptr = k.data_ptr<scalar_t>();
+    const scalar_t* v_ptr = v.data_ptr<scalar_t>();
+    scalar_t* kc = k_cache.data_ptr<scalar_t>();
+    scalar_t* vc = v_cache.data_ptr<scalar_t>();
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t block = block_ptr[t], offset = offset_ptr[t];
+      for (int64_t h = 0; h < heads; ++h) {
+        const scalar_t* key = k_ptr + t * k.stride(0) + h * k.stride(1);
+        const scalar_t* value = v_ptr + t * v.stride(0) + h * v.stride(1);
+        scalar_t* key_block = kc + (h * cache_blocks + block) * block_elems;
+        scalar_t* value_row = vc + (h * cache_blocks + block) * block_elems + offset * head_dim;
+        // Keys are stored dimension-major within a block: one lane per position.
+        for (int64_t i = 0; i < head_dim; ++i) key_block[i * block_size + offset] = key[i];
+        std::copy(value, value + head_dim, value_row);
+      }
+    }
+  });
+}
