@@ -12,6 +12,7 @@ import time
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
+from ragserve.engine import kernels
 from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
@@ -65,6 +66,8 @@ class LLMEngine:
         self.model = LlamaModel.from_weights(
             read_weights(self.model_path), hf_config, dtype, self.max_model_len
         )
+        # Built (once per machine, about a minute) at start-up rather than in the first request.
+        kernels.extension()
         self.block_manager = BlockManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
