@@ -112,8 +112,7 @@ class LLMEngine:
             token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         else:
             text, token_ids = None, list(prompt)
-            if any(not 0 <= t < vocab for t in token_ids):
-                raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
+            self.check_token_ids(token_ids)
         if not token_ids:
             raise InvalidRequestError("the prompt is empty")
         for name, ids in (
@@ -191,6 +190,12 @@ class LLMEngine:
         """Cancel a request; its KV blocks are freed at the next step boundary."""
         with self._lock:
             self._aborts.add(request_id)
+
+    def check_token_ids(self, token_ids: list[int]) -> None:
+        """Raise InvalidRequestError unless every id is in the model's vocabulary."""
+        vocab = self.model.spec.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
 
     def has_unfinished_requests(self) -> bool:
         with self._lock:

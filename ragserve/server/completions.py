@@ -115,6 +115,11 @@ def completion_routes(state: ServerState) -> APIRouter:
             token_ids = list(body.prompt)
         echo = None
         if body.echo:
+            if not isinstance(body.prompt, str):
+                try:  # ids outside the vocabulary cannot be decoded
+                    state.engine.check_token_ids(token_ids)
+                except EngineError as error:
+                    raise from_engine(error) from error
             echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(token_ids)
         response = await complete(state, body, token_ids, request, who, echo)
         return tell_ignored(response, ignored)

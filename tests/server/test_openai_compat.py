@@ -165,6 +165,14 @@ def test_echo_sends_the_prompt_back(server, headers):
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == "The sky is" + plain
 
 
+@pytest.mark.parametrize("bad_id", [-5, 10**12])
+def test_echo_of_token_ids_outside_the_vocabulary_is_a_400(server, headers, bad_id):
+    body = {"model": MODEL, "prompt": [1, bad_id, 2], "max_tokens": 2, "echo": True}
+    response = post(server, headers, "/v1/completions", body)
+    assert response.status_code == 400
+    assert "prompt token ids must lie in" in response.json()["error"]["message"]
+
+
 def test_stop_options(server, headers):
     body = {"model": MODEL, "prompt": "1, 2, 3, 4,", "max_tokens": 12, "temperature": 0}
     text = post(server, headers, "/v1/completions", body).json()["choices"][0]["text"]
