@@ -133,7 +133,9 @@ class LlamaModel:
                     down=take(p + "mlp.down_proj.weight"),
                 )
             )
-        self.rope = rope.float().contiguous()
+        self.rope = rope  # float32, as the RoPE kernel reads it
+        # What each layer's last residual add feeds: the next layer's input norm, or the final one.
+        self.next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
 
     @classmethod
     def from_weights(
@@ -161,9 +163,8 @@ class LlamaModel:
         eps = spec.rms_norm_eps
         hidden = F.embedding(input_ids, self.embed)
         x = add_rms_norm(hidden, None, self.layers[0].input_norm, eps)
-        next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         for layer, next_norm, (k_cache, v_cache) in zip(
-            self.layers, next_norms, kv_layers, strict=True
+            self.layers, self.next_norms, kv_layers, strict=True
         ):
             qkv = linear(x, layer.qkv, layer.qkv_bias)
             rope_in_place(
@@ -182,7 +183,6 @@ class LlamaModel:
             attn_out = linear(attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj)
             x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
             mlp_out = linear(silu_mul(linear(x, layer.gate_up)), layer.down)
-            # The residual add also produces the next layer's input (the final norm's, last).
             x = add_rms_norm(hidden, mlp_out, next_norm, eps)
         return x
 

@@ -111,7 +111,10 @@ class Scheduler:
             batch.add(seq, 1)
             index += 1
         batch.num_decodes = len(batch.seqs)
-        if 0 < batch.num_decodes <= self.config.speculative_max_batch:
+        if (
+            self.config.speculative_tokens
+            and 0 < batch.num_decodes <= self.config.speculative_max_batch
+        ):
             self._add_drafts(batch, budget - batch.num_tokens)
 
     def _add_drafts(self, batch: ScheduledBatch, spare: int) -> None:
