@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 
-from ragserve.engine.attention import AttentionMetadata, PrefillSpan
+from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kv_cache import KVCache
 from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.model import LlamaModel
@@ -34,43 +34,23 @@ class ModelRunner:
 
     def build_metadata(self, batch: ScheduledBatch) -> AttentionMetadata:
         block_size = self.kv_cache.block_size
-        decodes = batch.seqs[: batch.num_decodes]
-        context_lens = np.array([s.num_computed_tokens + 1 for s in decodes], dtype=np.int64)
-        max_blocks = -(-int(context_lens.max(initial=0)) // block_size)
-        tables = np.zeros((len(decodes), max_blocks), dtype=np.int64)
-        for row, seq in enumerate(decodes):
+        starts = np.array([seq.num_computed_tokens for seq in batch.seqs], dtype=np.int64)
+        counts = np.array(batch.num_new_tokens, dtype=np.int64)
+        max_blocks = -(-int((starts + counts).max(initial=0)) // block_size)
+        tables = np.zeros((len(batch.seqs), max_blocks), dtype=np.int64)
+        for row, seq in enumerate(batch.seqs):
             table = seq.block_table[:max_blocks]
             tables[row, : len(table)] = table
-        # Flat slot of every new token: decodes write at their last position.
-        slots = [
-            tables[np.arange(len(decodes)), (context_lens - 1) // block_size] * block_size
-            + (context_lens - 1) % block_size
-        ]
-        prefills = []
-        offset = len(decodes)
-        for seq, num in zip(
-            batch.seqs[len(decodes) :], batch.num_new_tokens[len(decodes) :], strict=True
-        ):
-            start = seq.num_computed_tokens
-            table = np.asarray(seq.block_table, dtype=np.int64)
-            positions = np.arange(start, start + num)
-            slots.append(table[positions // block_size] * block_size + positions % block_size)
-            mask = None
-            if start:
-                keys = torch.arange(start + num).unsqueeze(0)
-                mask = keys <= torch.arange(start, start + num).unsqueeze(1)
-            num_blocks = -(-(start + num) // block_size)
-            block_ids = torch.from_numpy(table[:num_blocks])
-            prefills.append(PrefillSpan(offset, offset + num, block_ids, start + num, mask))
-            offset += num
-        slot_mapping = torch.from_numpy(np.concatenate(slots))
+        token_seqs = np.repeat(np.arange(len(batch.seqs)), counts)
+        # Each token's position: its sequence's start plus its index within the sequence.
+        first_token = np.cumsum(counts) - counts
+        positions = starts[token_seqs] + np.arange(len(token_seqs)) - first_token[token_seqs]
         return AttentionMetadata(
-            slot_blocks=slot_mapping // block_size,
-            slot_offsets=slot_mapping % block_size,
-            num_decodes=len(decodes),
-            decode_block_tables=torch.from_numpy(tables),
-            decode_context_lens=torch.from_numpy(context_lens),
-            prefills=prefills,
+            slot_blocks=torch.from_numpy(tables[token_seqs, positions // block_size]),
+            slot_offsets=torch.from_numpy(positions % block_size),
+            block_tables=torch.from_numpy(tables),
+            token_seqs=torch.from_numpy(token_seqs),
+            token_lens=torch.from_numpy(positions + 1),
         )
 
     def run(self, batch: ScheduledBatch) -> tuple[dict[Sequence, list[int]], float]:
@@ -80,7 +60,6 @@ class ModelRunner:
         logprobs get this step's appended to seq.logprobs."""
         started = time.perf_counter()
         token_ids: list[int] = []
-        positions: list[int] = []
         sample_rows: list[int] = []
         sample_seqs: list[Sequence] = []
         verify_rows: list[int] = []
@@ -89,7 +68,6 @@ class ModelRunner:
             draft = batch.drafts.get(seq, [])
             token_ids.extend(seq.token_ids[start : start + num - len(draft)])
             token_ids.extend(draft)
-            positions.extend(range(start, start + num))
             if draft:
                 verify_rows.extend(range(len(token_ids) - num, len(token_ids)))
             elif start + num == seq.num_tokens:
@@ -97,7 +75,7 @@ class ModelRunner:
                 sample_seqs.append(seq)
         meta = self.build_metadata(batch)
         hidden = self.model.forward(
-            torch.tensor(token_ids), torch.tensor(positions), meta, self.kv_layers
+            torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers
         )
         forward_s = time.perf_counter() - started
         if not sample_rows and not verify_rows:

@@ -1,18 +1,16 @@
-"""The decode kernel against the PyTorch path and a plain reference, on scattered blocks."""
+"""Paged attention: the kernel and the PyTorch path against a plain reference on scattered
+blocks, and the kernel's batch invariance (a token's output, bit for bit, does not depend on
+the tokens computed with it)."""
 
 import pytest
 import torch
 
-from ragserve.engine.attention import (
-    AttentionMetadata,
-    gather_context,
-    gathered_decode_attention,
-)
+from ragserve.engine.attention import AttentionMetadata, gather_context, gathered_attention
 from ragserve.engine.kernels import extension
 
 
 def reference(q, keys, values, scale):
-    """Per sequence: q [heads, dim], keys/values [kv_heads, len, dim]."""
+    """One token: q [heads, dim], keys/values [kv_heads, len, dim]."""
     group = q.shape[0] // keys.shape[0]
     keys = keys.repeat_interleave(group, 0).float()
     values = values.repeat_interleave(group, 0).float()
@@ -20,25 +18,78 @@ def reference(q, keys, values, scale):
     return torch.einsum("hl,hld->hd", torch.softmax(scores, -1), values)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
-def test_decode_paths_agree(dtype, block_size, head_dim):
-    torch.manual_seed(0)
-    kv_heads, heads, num_blocks = 2, 6, 64
+def kernel():
+    kernels = extension()
+    assert kernels is not None, "the C++ kernels must build on this machine"
+    return kernels
+
+
+def random_cache(dtype, block_size, head_dim, kv_heads=2, num_blocks=96):
     k_cache = torch.randn(kv_heads, num_blocks, head_dim, block_size).to(dtype)
     v_cache = torch.randn(kv_heads, num_blocks, block_size, head_dim).to(dtype)
-    lens = torch.tensor([1, block_size, 3 * block_size + 5, 70])
-    max_blocks = -(-int(lens.max()) // block_size)
-    tables = torch.randperm(num_blocks)[: len(lens) * max_blocks].view(len(lens), max_blocks)
-    q = torch.randn(len(lens), heads, head_dim).to(dtype)
-    meta = AttentionMetadata(None, None, len(lens), tables, lens, [])
+    return k_cache, v_cache
+
+
+def metadata(tables, spans):
+    """spans: (table row, first position, tokens) per sequence, in batch order."""
+    seqs, lens = [], []
+    for row, start, count in spans:
+        seqs += [row] * count
+        lens += list(range(start + 1, start + count + 1))
+    return AttentionMetadata(None, None, tables, torch.tensor(seqs), torch.tensor(lens))
+
+
+def attend(q, k_cache, v_cache, tables, spans, scale):
+    meta = metadata(tables, spans)
+    return kernel().paged_attention(
+        q, k_cache, v_cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
+def test_kernel_and_pytorch_path_match_the_reference(dtype, block_size, head_dim):
+    torch.manual_seed(0)
+    heads = 6
+    k_cache, v_cache = random_cache(dtype, block_size, head_dim)
+    # Two decodes, a prompt from its start, a chunk after cached positions, a long decode.
+    spans = [(0, 0, 1), (1, block_size - 1, 1), (2, 0, 11), (3, 3 * block_size + 2, 21), (4, 69, 1)]
+    max_blocks = -(-max(start + count for _, start, count in spans) // block_size)
+    tables = torch.randperm(96)[: len(spans) * max_blocks].view(len(spans), max_blocks)
+    meta = metadata(tables, spans)
+    q = torch.randn(len(meta.token_seqs), heads, head_dim).to(dtype)
     scale = head_dim**-0.5
-    gathered = gathered_decode_attention(q, k_cache, v_cache, meta, scale)
-    kernel = extension()
-    assert kernel is not None, "the C++ kernel must build on this machine"
-    fast = kernel.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale)
-    for i, length in enumerate(lens.tolist()):
-        keys, values = gather_context(k_cache, v_cache, tables[i], length)
-        expected = reference(q[i], keys, values, scale)
-        torch.testing.assert_close(fast[i], expected, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(gathered[i].float(), expected, atol=1e-4, rtol=1e-4)
+    fast = attend(q, k_cache, v_cache, tables, spans, scale)
+    gathered = gathered_attention(q, k_cache, v_cache, meta, scale)
+    for token, (row, length) in enumerate(zip(meta.token_seqs, meta.token_lens, strict=True)):
+        keys, values = gather_context(k_cache, v_cache, tables[row], int(length))
+        expected = reference(q[token], keys, values, scale)
+        torch.testing.assert_close(fast[token], expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(gathered[token], expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
+def test_a_tokens_output_does_not_depend_on_its_batch(dtype, block_size, head_dim):
+    torch.manual_seed(1)
+    heads, length = 6, 45
+    k_cache, v_cache = random_cache(dtype, block_size, head_dim)
+    tables = torch.randperm(96)[:30].view(5, 6)
+    q = torch.randn(length, heads, head_dim).to(dtype)
+    scale = head_dim**-0.5
+    whole = attend(q, k_cache, v_cache, tables, [(0, 0, length)], scale)
+    # The same prompt in chunks of 7 (tiles cut elsewhere), then token by token as decodes.
+    chunks = [(0, start, min(7, length - start)) for start in range(0, length, 7)]
+    chunked = attend(q, k_cache, v_cache, tables, chunks, scale)
+    assert torch.equal(chunked, whole)
+    for position in (0, 13, length - 1):
+        alone = attend(
+            q[position : position + 1], k_cache, v_cache, tables, [(0, position, 1)], scale
+        )
+        assert torch.equal(alone[0], whole[position])
+    # Inside a batch with other sequences' decodes and chunks around it.
+    others = torch.randn(9, heads, head_dim).to(dtype)
+    mixed_q = torch.cat([others[:3], q, others[3:]])
+    spans = [(1, 30, 1), (2, 4, 1), (3, 60 // 2, 1), (0, 0, length), (4, 10, 6)]
+    mixed = attend(mixed_q, k_cache, v_cache, tables, spans, scale)
+    assert torch.equal(mixed[3 : 3 + length], whole)

@@ -3,8 +3,6 @@ each sequence attends to."""
 
 from types import SimpleNamespace
 
-import torch
-
 from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.runner import ModelRunner
 from ragserve.engine.sampler import Sampler
@@ -39,13 +37,8 @@ def test_decodes_write_at_their_last_position_and_prefills_at_theirs():
     assert slots[0] == 3 * BLOCK + 1  # position 5 = block 1 (id 3), offset 1
     assert slots[1:6] == [8, 9, 10, 11, 36]  # positions 0..4 of blocks 2 and 9
     assert slots[6:] == [20, 21, 22, 23]  # positions 4..7 = block 1 of the third (id 5)
-    assert meta.decode_context_lens.tolist() == [6]
-    assert meta.decode_block_tables.tolist() == [[7, 3]]
-    first, second = meta.prefills
-    assert (first.start, first.end, first.context_len, first.mask) == (1, 6, 5, None)
-    assert (second.start, second.end, second.context_len) == (6, 10, 8)
-    # The chunk's queries see everything before them and themselves, nothing after.
-    assert second.mask.shape == (4, 8)
-    assert second.mask[0].tolist() == [True] * 5 + [False] * 3
-    assert second.mask[-1].all()
-    assert torch.equal(second.block_ids, torch.tensor([4, 5]))
+    # One table row per sequence, as many blocks as the furthest token needs; each token
+    # attends up to itself.
+    assert meta.block_tables.tolist() == [[7, 3], [2, 9], [4, 5]]
+    assert meta.token_seqs.tolist() == [0, 1, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert meta.token_lens.tolist() == [6, 1, 2, 3, 4, 5, 5, 6, 7, 8]

@@ -1,9 +1,9 @@
 // The Python module of the engine's CPU kernels; each kernel lives in its own file.
 #include <torch/extension.h>
 
-torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
-                                     torch::Tensor v_cache, torch::Tensor block_tables,
-                                     torch::Tensor context_lens, double scale);
+torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                              torch::Tensor block_tables, torch::Tensor token_seqs,
+                              torch::Tensor token_lens, double scale);
 void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Tensor v_cache,
               torch::Tensor slot_blocks, torch::Tensor slot_offsets);
 torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
@@ -18,8 +18,8 @@ torch::Tensor silu_mul(torch::Tensor gate_up);
 // in the middle of a parallel region, which then waits for it: on 2 cores a single stream's
 // time per token went from 27 to 28-33 ms when released.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over a paged KV cache");
+  m.def("paged_attention", &paged_attention,
+        "Attention of prefill and decode tokens over a paged KV cache");
   m.def("write_kv", &write_kv, "Store new keys and values at their slots in the paged cache");
   m.def("small_batch_linear", &small_batch_linear,
         "x W^T (+ bias) for a few rows, weights float32 or bfloat16, float32 accumulation");

@@ -1,9 +1,19 @@
-// Decode attention over the paged KV cache: one query token per sequence.
+// Attention over the paged KV cache for every new token of a step, prefill and decode alike.
 //
-// Each (sequence, kv head) pair is one task: the query heads that share the kv head read the
-// sequence's keys and values once, straight from their blocks, with a float32 softmax. This
-// replaces a gather of the whole context into a padded tensor, which cost more memory traffic
-// than the attention itself.
+// A token attends to the first `len` positions of its sequence (its own position included),
+// read straight from their blocks: no gather into a padded tensor, no mask tensor. A decode
+// token and a prompt token go through the same arithmetic in the same order, so a token's
+// output does not depend on how its prompt was chunked, on which blocks came from the prefix
+// cache, or on what else is in the batch. Greedy decoding needs that to give the same answer
+// to the same request (the batch-invariant mode, see model.py).
+//
+// Work is split into tasks of up to kTileRows consecutive tokens of one sequence and one kv
+// head, so a prompt chunk's query heads share every key and value read. Per query head the
+// score of a position is one multiply-add chain over head_dim, the softmax is exact (float32,
+// two passes over the scores) and values are accumulated in position order. None of this
+// depends on the tile: tiling saves memory traffic and never changes a result. Scratch rows are
+// 64-byte aligned with a stride of whole cache lines, so vectorized reductions over a row split
+// it the same way wherever it sits in the scratch buffer.
 //
 // Layouts (see kv_cache.py): keys [kv_heads, blocks, head_dim, block_size], values
 // [kv_heads, blocks, block_size, head_dim]. A block of keys is head_dim runs of block_size
@@ -17,15 +27,49 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
-constexpr int64_t kMaxBlockSize = 128;
-constexpr int64_t kMaxHeadDim = 256;
-constexpr int64_t kMaxGroup = 16;
-// Multiply-adds (per score or value pass) below which a batch of tasks is not split across
-// threads: waking a thread costs about as much as this much work.
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int64_t kTileRows = 8;
+// Multiply-adds below which a batch of tasks is not split across threads: waking a thread
+// costs about as much as this much work.
 constexpr int64_t kMinTaskWork = 1 << 18;
+// Floats per cache line: scratch row strides are rounded up to it.
+constexpr int64_t kLineFloats = 16;
+
+// a + b * c in one rounding where the CPU has FMA, so that every code path computes a score or
+// a value sum with the same roundings.
+static inline float madd(float a, float b, float c) {
+#ifdef __FMA__
+  return std::fma(b, c, a);
+#else
+  return a + b * c;
+#endif
+}
+
+static inline int64_t line_stride(int64_t floats) {
+  return (floats + kLineFloats - 1) / kLineFloats * kLineFloats;
+}
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Scratch = std::unique_ptr<float[], FreeDeleter>;
+
+static Scratch scratch(int64_t floats) {
+  const size_t bytes = size_t(line_stride(std::max<int64_t>(floats, 1))) * sizeof(float);
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  TORCH_CHECK(p != nullptr, "out of memory for attention scratch");
+  return Scratch(p);
+}
 
 // Blocks are scattered in memory, so the hardware prefetcher cannot guess the next one.
 template <typename scalar_t>
@@ -35,18 +79,81 @@ static inline void prefetch(const scalar_t* ptr, int64_t elems) {
     __builtin_prefetch(bytes + off);
 }
 
-// kBlock and kDim are the block size and head size when known at compile time (0: read at run
-// time); the common shapes get fully unrolled loops with the score lanes in registers.
-template <typename scalar_t, int64_t kBlock, int64_t kDim>
-static void decode_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
-                          const torch::Tensor& v_cache, const torch::Tensor& block_tables,
-                          const torch::Tensor& context_lens, double scale, torch::Tensor& out) {
-  const int64_t num_seqs = q.size(0);
+#if defined(__AVX2__) && defined(__FMA__)
+// One 16-position block's scores for kPairs query heads at once, two vectors of lanes each;
+// every lane is its own multiply-add chain over head_dim, as in block_scores_any.
+template <int kPairs>
+static inline void block_scores16(const float* const* queries, const float* keys,
+                                  int64_t head_dim, float* const* outs) {
+  __m256 low[kPairs], high[kPairs];
+  for (int p = 0; p < kPairs; ++p) low[p] = high[p] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < head_dim; ++i) {
+    const __m256 keys_low = _mm256_loadu_ps(keys + i * 16);
+    const __m256 keys_high = _mm256_loadu_ps(keys + i * 16 + 8);
+    for (int p = 0; p < kPairs; ++p) {
+      const __m256 qi = _mm256_broadcast_ss(queries[p] + i);
+      low[p] = _mm256_fmadd_ps(qi, keys_low, low[p]);
+      high[p] = _mm256_fmadd_ps(qi, keys_high, high[p]);
+    }
+  }
+  for (int p = 0; p < kPairs; ++p) {
+    _mm256_storeu_ps(outs[p], low[p]);
+    _mm256_storeu_ps(outs[p] + 8, high[p]);
+  }
+}
+#endif
+
+// The same for a block size known only at run time.
+static inline void block_scores_any(const float* query, const float* keys, int64_t head_dim,
+                                    int64_t block_size, float* out) {
+  std::fill(out, out + block_size, 0.0f);
+  for (int64_t i = 0; i < head_dim; ++i) {
+    const float* run = keys + i * block_size;
+    for (int64_t j = 0; j < block_size; ++j) out[j] = madd(out[j], query[i], run[j]);
+  }
+}
+
+// a[i] += sum over j < count of probs[j] * values[j][i], a chain over j for every i.
+static inline void accumulate_values(float* a, const float* probs, const float* values,
+                                     int64_t count, int64_t head_dim) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  // Four vectors at a time: four independent chains hide the multiply-add latency.
+  for (; i + 32 <= head_dim; i += 32) {
+    __m256 acc[4];
+    for (int v = 0; v < 4; ++v) acc[v] = _mm256_loadu_ps(a + i + 8 * v);
+    for (int64_t j = 0; j < count; ++j) {
+      const __m256 weight = _mm256_broadcast_ss(probs + j);
+      for (int v = 0; v < 4; ++v)
+        acc[v] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + j * head_dim + i + 8 * v),
+                                 acc[v]);
+    }
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(a + i + 8 * v, acc[v]);
+  }
+#endif
+  for (; i < head_dim; ++i)
+    for (int64_t j = 0; j < count; ++j) a[i] = madd(a[i], probs[j], values[j * head_dim + i]);
+}
+
+// A block as float32: float32 blocks are read in place, bfloat16 ones widened into scratch.
+static inline const float* as_float(const float* block, float*, int64_t) { return block; }
+
+static inline const float* as_float(const at::BFloat16* block, float* scratch, int64_t elems) {
+  for (int64_t x = 0; x < elems; ++x) scratch[x] = widen(block[x]);
+  return scratch;
+}
+
+template <typename scalar_t>
+static void attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
+                             const torch::Tensor& v_cache, const torch::Tensor& block_tables,
+                             const torch::Tensor& token_seqs, const torch::Tensor& token_lens,
+                             double scale, torch::Tensor& out) {
+  const int64_t num_tokens = q.size(0);
   const int64_t num_heads = q.size(1);
-  const int64_t head_dim = kDim ? kDim : q.size(2);
+  const int64_t head_dim = q.size(2);
   const int64_t num_kv_heads = k_cache.size(0);
   const int64_t cache_blocks = k_cache.size(1);
-  const int64_t block_size = kBlock ? kBlock : k_cache.size(3);
+  const int64_t block_size = k_cache.size(3);
   const int64_t group = num_heads / num_kv_heads;
   const int64_t max_blocks = block_tables.size(1);
   const int64_t block_elems = block_size * head_dim;
@@ -54,58 +161,89 @@ static void decode_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
   const scalar_t* k_ptr = k_cache.data_ptr<scalar_t>();
   const scalar_t* v_ptr = v_cache.data_ptr<scalar_t>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
-  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  const int64_t* seqs = token_seqs.data_ptr<int64_t>();
+  const int64_t* lens = token_lens.data_ptr<int64_t>();
   float* out_ptr = out.data_ptr<float>();
 
-  // A task reads len * head_dim keys and values; tasks are grouped so that each thread gets
-  // enough of them to pay for waking it (a single short sequence runs on the calling thread).
+  // Tiles: runs of up to kTileRows consecutive tokens of one sequence.
+  std::vector<int64_t> tile_starts;
+  for (int64_t t = 0; t < num_tokens;) {
+    tile_starts.push_back(t);
+    const int64_t first = t;
+    do ++t;
+    while (t < num_tokens && t - first < kTileRows && seqs[t] == seqs[first]);
+  }
+  tile_starts.push_back(num_tokens);
+  const int64_t num_tiles = int64_t(tile_starts.size()) - 1;
   int64_t max_len = 1;
-  for (int64_t s = 0; s < num_seqs; ++s) max_len = std::max(max_len, lens[s]);
+  for (int64_t t = 0; t < num_tokens; ++t) max_len = std::max(max_len, lens[t]);
+  const int64_t max_pairs = kTileRows * group;
+  const int64_t dim_stride = line_stride(head_dim);
+  const int64_t score_stride = line_stride((max_len + block_size - 1) / block_size * block_size);
   const int64_t grain = std::max<int64_t>(1, kMinTaskWork / (max_len * head_dim * group));
-  at::parallel_for(0, num_seqs * num_kv_heads, grain, [&](int64_t begin, int64_t end) {
-    // Fixed-size locals rather than heap vectors, so the compiler can keep them in registers.
-    alignas(64) float query[kMaxGroup * kMaxHeadDim];
-    alignas(64) float acc[kMaxGroup * kMaxHeadDim];
-    alignas(64) float lanes[kMaxGroup * kMaxBlockSize];
-    alignas(64) float key_run[kMaxBlockSize];
-    alignas(64) float value_row[kMaxHeadDim];
-    std::vector<float> scores;
+
+  at::parallel_for(0, num_tiles * num_kv_heads, grain, [&](int64_t begin, int64_t end) {
+    Scratch query = scratch(max_pairs * dim_stride);
+    Scratch acc = scratch(max_pairs * dim_stride);
+    Scratch scores = scratch(max_pairs * score_stride);
+    Scratch key_block = scratch(block_elems);
+    Scratch value_block = scratch(block_elems);
+    std::vector<const float*> pair_queries(max_pairs);
+    std::vector<float*> pair_outs(max_pairs);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t seq = task / num_kv_heads;
+      const int64_t tile = task / num_kv_heads;
       const int64_t kv_head = task % num_kv_heads;
-      const int64_t len = lens[seq];
-      const int64_t num_blocks = (len + block_size - 1) / block_size;
-      const int64_t* table = tables + seq * max_blocks;
+      const int64_t first = tile_starts[tile];
+      const int64_t rows = tile_starts[tile + 1] - first;
+      const int64_t pairs = rows * group;
+      const int64_t* table = tables + seqs[first] * max_blocks;
       const scalar_t* k_head = k_ptr + kv_head * cache_blocks * block_elems;
       const scalar_t* v_head = v_ptr + kv_head * cache_blocks * block_elems;
-      for (int64_t g = 0; g < group; ++g) {
-        const scalar_t* src = q_ptr + (seq * num_heads + kv_head * group + g) * head_dim;
-        for (int64_t i = 0; i < head_dim; ++i) query[g * head_dim + i] = widen(src[i]) * scale;
+      int64_t tile_len = 0;
+      for (int64_t r = 0; r < rows; ++r) tile_len = std::max(tile_len, lens[first + r]);
+      // Pair p is query head (kv_head * group + p % group) of token first + p / group.
+      auto pair_len = [&](int64_t p) { return lens[first + p / group]; };
+      for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t head = kv_head * group + p % group;
+        const scalar_t* src = q_ptr + ((first + p / group) * num_heads + head) * head_dim;
+        float* dst = query.get() + p * dim_stride;
+        for (int64_t i = 0; i < head_dim; ++i) dst[i] = widen(src[i]) * float(scale);
       }
-      // scores[g * len + pos]: all positions of one query head, then a softmax per head.
-      scores.resize(group * len);
+
+      const int64_t num_blocks = (tile_len + block_size - 1) / block_size;
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(k_head + table[b + 1] * block_elems, block_elems);
-        const scalar_t* keys = k_head + table[b] * block_elems;
-        const int64_t first = b * block_size;
-        const int64_t count = std::min(block_size, len - first);
-        // Each key run is widened once and used by every query head of the group.
-        for (int64_t x = 0; x < group * block_size; ++x) lanes[x] = 0.0f;
-        for (int64_t i = 0; i < head_dim; ++i) {
-          const scalar_t* run = keys + i * block_size;
-          for (int64_t j = 0; j < block_size; ++j) key_run[j] = widen(run[j]);
-          for (int64_t g = 0; g < group; ++g) {
-            const float qi = query[g * head_dim + i];
-            float* lane = lanes + g * block_size;
-            for (int64_t j = 0; j < block_size; ++j) lane[j] += qi * key_run[j];
-          }
+        const float* keys =
+            as_float(k_head + table[b] * block_elems, key_block.get(), block_elems);
+        const int64_t base = b * block_size;
+        // Query heads whose context reaches this block. Score rows hold whole blocks, so lanes
+        // past a head's context are written and never read.
+        int64_t active = 0;
+        for (int64_t p = 0; p < pairs; ++p) {
+          if (pair_len(p) <= base) continue;
+          pair_queries[active] = query.get() + p * dim_stride;
+          pair_outs[active] = scores.get() + p * score_stride + base;
+          ++active;
         }
-        for (int64_t g = 0; g < group; ++g)
-          std::copy(lanes + g * block_size, lanes + g * block_size + count,
-                    scores.begin() + g * len + first);
+#if defined(__AVX2__) && defined(__FMA__)
+        if (block_size == 16) {
+          int64_t p = 0;
+          for (; p + 4 <= active; p += 4)
+            block_scores16<4>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
+          const int64_t rest = active - p;
+          if (rest == 3) block_scores16<3>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
+          if (rest == 2) block_scores16<2>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
+          if (rest == 1) block_scores16<1>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
+          continue;
+        }
+#endif
+        for (int64_t p = 0; p < active; ++p)
+          block_scores_any(pair_queries[p], keys, head_dim, block_size, pair_outs[p]);
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* row = scores.data() + g * len;
+
+      for (int64_t p = 0; p < pairs; ++p) {
+        float* row = scores.get() + p * score_stride;
+        const int64_t len = pair_len(p);
         const float max_score = *std::max_element(row, row + len);
         float total = 0.0f;
         for (int64_t pos = 0; pos < len; ++pos) {
@@ -114,57 +252,69 @@ static void decode_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
         }
         const float inv_total = 1.0f / total;
         for (int64_t pos = 0; pos < len; ++pos) row[pos] *= inv_total;
+        std::fill(acc.get() + p * dim_stride, acc.get() + p * dim_stride + head_dim, 0.0f);
       }
-      std::fill(acc, acc + group * head_dim, 0.0f);
+
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(v_head + table[b + 1] * block_elems, block_elems);
-        const scalar_t* values = v_head + table[b] * block_elems;
-        const int64_t first = b * block_size;
-        const int64_t count = std::min(block_size, len - first);
-        for (int64_t j = 0; j < count; ++j) {
-          const scalar_t* value = values + j * head_dim;
-          for (int64_t i = 0; i < head_dim; ++i) value_row[i] = widen(value[i]);
-          for (int64_t g = 0; g < group; ++g) {
-            const float p = scores[g * len + first + j];
-            float* a = acc + g * head_dim;
-            for (int64_t i = 0; i < head_dim; ++i) a[i] += p * value_row[i];
-          }
+        const float* values =
+            as_float(v_head + table[b] * block_elems, value_block.get(), block_elems);
+        const int64_t base = b * block_size;
+        for (int64_t p = 0; p < pairs; ++p) {
+          const int64_t count = std::min(block_size, pair_len(p) - base);
+          const float* probs = scores.get() + p * score_stride + base;
+          float* a = acc.get() + p * dim_stride;
+          accumulate_values(a, probs, values, count, head_dim);
         }
       }
-      for (int64_t g = 0; g < group; ++g) {
-        float* dst = out_ptr + (seq * num_heads + kv_head * group + g) * head_dim;
-        std::copy(acc + g * head_dim, acc + (g + 1) * head_dim, dst);
+      for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t head = kv_head * group + p % group;
+        float* dst = out_ptr + ((first + p / group) * num_heads + head) * head_dim;
+        std::copy(acc.get() + p * dim_stride, acc.get() + p * dim_stride + head_dim, dst);
       }
     }
   });
 }
 
-torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache,
-                                     torch::Tensor v_cache, torch::Tensor block_tables,
-                                     torch::Tensor context_lens, double scale) {
+}  // namespace
+
+// q [tokens, heads, head_dim]; block_tables [seqs, max_blocks] int64; token_seqs [tokens]: the
+// row of each token's sequence in block_tables (a sequence's tokens are consecutive);
+// token_lens [tokens]: positions each token attends (its position + 1). Returns float32
+// [tokens, heads, head_dim].
+torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                              torch::Tensor block_tables, torch::Tensor token_seqs,
+                              torch::Tensor token_lens, double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
   TORCH_CHECK(q.size(1) % k_cache.size(0) == 0, "heads not a multiple of kv heads");
   TORCH_CHECK(k_cache.size(2) == q.size(2) && v_cache.size(3) == q.size(2), "head_dim differs");
-  TORCH_CHECK(k_cache.size(3) <= kMaxBlockSize, "block_size must be at most ", kMaxBlockSize);
-  TORCH_CHECK(q.size(2) <= kMaxHeadDim, "head_dim must be at most ", kMaxHeadDim);
-  TORCH_CHECK(q.size(1) / k_cache.size(0) <= kMaxGroup, "at most ", kMaxGroup,
-              " query heads per kv head");
-  TORCH_CHECK(block_tables.scalar_type() == torch::kInt64, "block_tables must be int64");
-  TORCH_CHECK(context_lens.scalar_type() == torch::kInt64, "context_lens must be int64");
+  TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && block_tables.dim() == 2,
+              "block_tables must be int64 [seqs, max_blocks]");
+  TORCH_CHECK(token_seqs.scalar_type() == torch::kInt64 &&
+                  token_lens.scalar_type() == torch::kInt64 && token_seqs.numel() == q.size(0) &&
+                  token_lens.numel() == q.size(0),
+              "token_seqs and token_lens must be int64, one per token");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
   q = q.contiguous();
   block_tables = block_tables.contiguous();
-  context_lens = context_lens.contiguous();
+  token_seqs = token_seqs.contiguous();
+  token_lens = token_lens.contiguous();
+  const int64_t* seqs = token_seqs.data_ptr<int64_t>();
+  const int64_t* lens = token_lens.data_ptr<int64_t>();
+  const int64_t block_size = k_cache.size(3);
+  for (int64_t t = 0; t < q.size(0); ++t)
+    TORCH_CHECK(seqs[t] >= 0 && seqs[t] < block_tables.size(0) && lens[t] >= 1 &&
+                    lens[t] <= block_tables.size(1) * block_size,
+                "token ", t, ": sequence row or length out of range");
   auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
-  const bool common = k_cache.size(3) == 16 && q.size(2) == 64;
   if (q.scalar_type() == torch::kBFloat16) {
-    auto kernel = common ? decode_kernel<at::BFloat16, 16, 64> : decode_kernel<at::BFloat16, 0, 0>;
-    kernel(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+    attention_kernel<at::BFloat16>(q, k_cache, v_cache, block_tables, token_seqs, token_lens,
+                                   scale, out);
   } else {
     TORCH_CHECK(q.scalar_type() == torch::kFloat32, "q must be float32 or bfloat16");
-    auto kernel = common ? decode_kernel<float, 16, 64> : decode_kernel<float, 0, 0>;
-    kernel(q, k_cache, v_cache, block_tables, context_lens, scale, out);
+    attention_kernel<float>(q, k_cache, v_cache, block_tables, token_seqs, token_lens, scale,
+                            out);
   }
   return out;
 }
