@@ -44,6 +44,7 @@ ENGINE_FIELDS = (
     "enable_prefix_caching",
     "speculative_tokens",
     "speculative_max_batch",
+    "batch_invariant",
 )
 RETRIEVAL = defaults(RetrievalSettings)
 EVIDENCE = defaults(EvidenceSettings)
@@ -72,6 +73,9 @@ class Settings(BaseSettings):
     # decoding sequences at which it is used.
     speculative_tokens: int = Field(ENGINE["speculative_tokens"], ge=0, le=16)
     speculative_max_batch: int = Field(ENGINE["speculative_max_batch"], ge=0)
+    # Every request in the batch-invariant mode: greedy output independent of batch, chunking
+    # and prefix cache (answers always are; see the README).
+    batch_invariant: bool = ENGINE["batch_invariant"]
     # Request limits.
     max_tokens_cap: int = Field(2048, ge=1)
     default_max_tokens: int = Field(256, ge=1)

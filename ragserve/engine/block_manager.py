@@ -23,8 +23,11 @@ class Block:
     hash: bytes | None = None
 
 
-def root_hash(cache_salt: str) -> bytes:
-    return hashlib.sha256(b"ragserve-prefix\0" + cache_salt.encode()).digest()
+def root_hash(cache_salt: str, batch_invariant: bool = False) -> bytes:
+    # Blocks computed in the batch-invariant mode hold other low bits than the fast mode's, so
+    # each mode only matches its own: a cached prefix must be what the request would compute.
+    mode = b"invariant\0" if batch_invariant else b""
+    return hashlib.sha256(b"ragserve-prefix\0" + mode + cache_salt.encode()).digest()
 
 
 def chain_hash(parent: bytes, token_ids: list[int], salt: str = "") -> bytes:
@@ -60,7 +63,9 @@ class BlockManager:
         hashes = seq.block_hashes
         while len(hashes) < num_blocks:
             i = len(hashes)
-            parent = hashes[-1] if hashes else root_hash(seq.cache_salt.base)
+            parent = (
+                hashes[-1] if hashes else root_hash(seq.cache_salt.base, seq.params.batch_invariant)
+            )
             tokens = seq.token_ids[i * size : (i + 1) * size]
             hashes.append(chain_hash(parent, tokens, seq.cache_salt.for_block(i, size)))
         return hashes[:num_blocks]

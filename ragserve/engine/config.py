@@ -57,6 +57,8 @@ class EngineConfig:
     # that the step is compute-bound and a wider verify step costs more than it saves.
     speculative_tokens: int = 4
     speculative_max_batch: int = 4
+    # Every request in the batch-invariant mode (model.py); otherwise only those asking.
+    batch_invariant: bool = False
     num_threads: int | None = None
     seed: int = 0
 

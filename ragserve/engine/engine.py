@@ -8,6 +8,7 @@ import itertools
 import json
 import threading
 import time
+from dataclasses import replace
 
 import torch
 from transformers import AutoConfig, AutoTokenizer
@@ -122,6 +123,8 @@ class LLMEngine:
             if any(t >= vocab for t in ids):
                 raise InvalidRequestError(f"{name} token ids must lie in [0, {vocab})")
         max_tokens = self._max_tokens(len(token_ids), params)
+        if self.config.batch_invariant and not params.batch_invariant:
+            params = replace(params, batch_invariant=True)
         request_id = request_id or f"req-{next(self._ids)}"
         salt = CacheSalt(cache_salt) if isinstance(cache_salt, str) else cache_salt
         choices = []

@@ -49,10 +49,17 @@ def linear(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    invariant: bool = False,
 ) -> torch.Tensor:
-    """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype)."""
+    """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype).
+
+    invariant: every row's result is the same whatever M is. The small-batch kernel reduces
+    each row in one fixed order at any M; a matmul library picks its blocking (and with it
+    the rounding) by M, so past SMALL_BATCH_ROWS the fast path can give a row other low bits
+    in a larger batch.
+    """
     kernels = extension()
-    if kernels is not None and x.shape[0] <= SMALL_BATCH_ROWS:
+    if kernels is not None and (invariant or x.shape[0] <= SMALL_BATCH_ROWS):
         return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
     if weight.dtype == torch.bfloat16 and not native_bf16():
         # Emulated bfloat16 matmuls are 6× slower than float32 ones; widening costs one pass.

@@ -2,6 +2,13 @@
 
 All scheduled tokens of a step, prefill and decode, go through each projection as one matmul;
 q/k/v and gate/up are fused at load time so a layer costs four matmuls.
+
+Batch-invariant mode (`invariant`): a token's logits are then the same bits whatever else is in
+its step, however its prompt was chunked and whichever of its blocks came from the prefix
+cache, so greedy decoding gives a request the same tokens every time (same weights, dtype and
+CPU kernels). Attention, norms, RoPE and SiLU are per-token already (attention.py); only the
+matmuls need it, and they get it from the small-batch kernel at every size (kernels.linear),
+which costs speed on long prompt chunks.
 """
 
 import math
@@ -155,6 +162,7 @@ class LlamaModel:
         positions: torch.Tensor,
         meta: AttentionMetadata,
         kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+        invariant: bool = False,
     ) -> torch.Tensor:
         spec = self.spec
         num_tokens = input_ids.shape[0]
@@ -166,7 +174,7 @@ class LlamaModel:
         for layer, next_norm, (k_cache, v_cache) in zip(
             self.layers, self.next_norms, kv_layers, strict=True
         ):
-            qkv = linear(x, layer.qkv, layer.qkv_bias)
+            qkv = linear(x, layer.qkv, layer.qkv_bias, invariant=invariant)
             rope_in_place(
                 qkv, positions, self.rope, spec.num_heads + spec.num_kv_heads, spec.head_dim
             )
@@ -180,12 +188,15 @@ class LlamaModel:
                 meta,
                 self.scale,
             )
-            attn_out = linear(attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj)
+            attn_out = linear(
+                attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj, invariant=invariant
+            )
             x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
-            mlp_out = linear(silu_mul(linear(x, layer.gate_up)), layer.down)
+            gate_up = linear(x, layer.gate_up, invariant=invariant)
+            mlp_out = linear(silu_mul(gate_up), layer.down, invariant=invariant)
             x = add_rms_norm(hidden, mlp_out, next_norm, eps)
         return x
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return linear(hidden, self.lm_head, out_dtype=torch.float32)
+    def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        return linear(hidden, self.lm_head, out_dtype=torch.float32, invariant=invariant)

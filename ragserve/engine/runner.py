@@ -74,14 +74,17 @@ class ModelRunner:
                 sample_rows.append(len(token_ids) - 1)
                 sample_seqs.append(seq)
         meta = self.build_metadata(batch)
+        # One batch-invariant sequence makes the whole step invariant: its rows share the
+        # step's matmuls with everyone else's.
+        invariant = any(seq.params.batch_invariant for seq in batch.seqs)
         hidden = self.model.forward(
-            torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers
+            torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers, invariant
         )
         forward_s = time.perf_counter() - started
         if not sample_rows and not verify_rows:
             return {}, forward_s
         # One vocabulary projection for all rows: it streams the whole embedding matrix.
-        logits = self.model.logits(hidden[torch.tensor(sample_rows + verify_rows)])
+        logits = self.model.logits(hidden[torch.tensor(sample_rows + verify_rows)], invariant)
         new_tokens = self._sample(logits[: len(sample_rows)], sample_seqs)
         new_tokens.update(self._verify(logits[len(sample_rows) :], batch.drafts))
         return new_tokens, forward_s

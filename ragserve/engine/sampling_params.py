@@ -43,6 +43,9 @@ class SamplingParams:
     # Log-probabilities of the this many most likely tokens at each step (of the raw model
     # distribution, before temperature and filtering), as in vLLM.
     logprobs: int | None = None
+    # Compute this request in the batch-invariant mode (model.py): greedy decoding then gives
+    # the same tokens whatever the batch, chunking or prefix cache; slower on long prompts.
+    batch_invariant: bool = False
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -237,7 +237,11 @@ class AnswerService:
             yield AnswerEvent(result.answer, result)
             return
         text, token_ids, first_token, cached_tokens = "", [], None, 0
-        params = SamplingParams(max_tokens=self.settings.max_tokens, temperature=0)
+        # Batch-invariant, so that a question gets the same answer cold or cached, alone or in
+        # a busy batch.
+        params = SamplingParams(
+            max_tokens=self.settings.max_tokens, temperature=0, batch_invariant=True
+        )
         async for output in generate(prompt.token_ids, params, prompt.narrowing):
             completion = output.outputs[0]
             if first_token is None and completion.token_ids:

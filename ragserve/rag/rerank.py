@@ -60,7 +60,8 @@ class LLMReranker:
         self.max_passage_chars = max_passage_chars
         self.yes_ids = self._token_ids(("yes", "Yes", " yes", " Yes", "YES"))
         self.no_ids = self._token_ids(("no", "No", " no", " No", "NO"))
-        self.params = SamplingParams(max_tokens=1, temperature=0, logprobs=20)
+        # Batch-invariant like the answer itself: the same passages rank the same way each time.
+        self.params = SamplingParams(max_tokens=1, temperature=0, logprobs=20, batch_invariant=True)
 
     def _token_ids(self, words: tuple[str, ...]) -> set[int]:
         ids = (self.tokenizer.encode(w, add_special_tokens=False) for w in words)

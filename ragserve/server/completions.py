@@ -161,6 +161,7 @@ def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -
             stop_token_ids=body.stop_token_ids,
             include_stop_str_in_output=body.include_stop_str_in_output,
             ignore_eos=body.ignore_eos,
+            batch_invariant=body.batch_invariant,
             skip_special_tokens=body.skip_special_tokens,
         )
     except EngineError as error:

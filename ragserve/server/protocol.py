@@ -72,6 +72,9 @@ class SamplingFields(Lenient):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
+    # Greedy output independent of batch, chunking and prefix cache (the engine's
+    # batch-invariant mode); the "+rag" model and /v1/answers always use it.
+    batch_invariant: bool = False
     skip_special_tokens: bool = True
     repetition_penalty: float = Field(1.0, gt=0)
     presence_penalty: float = Field(0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)

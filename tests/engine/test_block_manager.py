@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from tests.engine.helpers import make_seq
@@ -38,6 +40,24 @@ def test_prefix_hit_shares_blocks_within_a_salt_only():
     manager.allocate(other_tenant)
     assert other_tenant.num_cached_tokens == 0
     assert not set(other_tenant.block_table) & set(first.block_table)
+
+
+def test_batch_invariant_and_fast_requests_never_share_blocks():
+    manager = BlockManager(num_blocks=20, block_size=4, enable_prefix_caching=True)
+    prefix = list(range(100, 112))
+    fast = make_seq("a", [*prefix, 1])
+    manager.allocate(fast)
+    computed(manager, fast)
+    invariant = make_seq("b", [*prefix, 2])
+    invariant.params = replace(invariant.params, batch_invariant=True)
+    manager.allocate(invariant)
+    assert invariant.num_cached_tokens == 0
+    computed(manager, invariant)
+    again = make_seq("c", [*prefix, 3])
+    again.params = invariant.params
+    manager.allocate(again)
+    assert again.num_cached_tokens == 12
+    assert again.block_table[:3] == invariant.block_table[:3]
 
 
 def test_narrowed_salt_shares_only_the_blocks_before_the_evidence():

@@ -22,7 +22,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Attention of prefill and decode tokens over a paged KV cache");
   m.def("write_kv", &write_kv, "Store new keys and values at their slots in the paged cache");
   m.def("small_batch_linear", &small_batch_linear,
-        "x W^T (+ bias) for a few rows, weights float32 or bfloat16, float32 accumulation");
+        "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "
+        "independent of the others");
   m.def("add_rms_norm", &add_rms_norm, "hidden += delta in place, then RMSNorm(hidden) * weight");
   m.def("rope_in_place", &rope_in_place, "RoPE on the first heads of each row, in place");
   m.def("silu_mul", &silu_mul, "SiLU(gate) * up of a fused gate_up matrix");

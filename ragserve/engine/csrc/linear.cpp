@@ -27,6 +27,10 @@ namespace {
 // Weight rows per task: 8 rows of K = 576..1536 are 9..48 KB, which stay in L1/L2 while every
 // input row passes over them.
 constexpr int64_t kTileN = 8;
+// Input rows per pass over the weights: a block of rows (up to 32 x 1536 float32 = 192 KB)
+// stays in L2 while the weights stream past it once. Longer inputs (prompt chunks in the
+// batch-invariant mode) take one pass per block; each row's result is the same either way.
+constexpr int64_t kRowBlock = 32;
 // Weight bytes below which a call is not split across threads.
 constexpr int64_t kMinThreadBytes = 1 << 16;
 
@@ -105,16 +109,21 @@ static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y,
   const int64_t tiles = n_size / kTileN;
   const int64_t tile_bytes = kTileN * k_size * int64_t(sizeof(w_t));
   const int64_t grain = std::max<int64_t>(1, kMinThreadBytes / tile_bytes);
-  at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      weight_tile(x, w + t * kTileN * k_size, bias ? bias + t * kTileN : nullptr,
-                  y + t * kTileN, m_size, k_size, n_size);
-  });
-  // Rows past the last whole tile, one at a time.
-  for (int64_t n = tiles * kTileN; n < n_size; ++n)
-    for (int64_t m = 0; m < m_size; ++m)
-      tile<1, 1>(x + m * k_size, w + n * k_size, bias ? bias + n : nullptr, y + m * n_size + n,
-                 k_size, n_size);
+  for (int64_t m0 = 0; m0 < m_size; m0 += kRowBlock) {
+    const int64_t rows = std::min(kRowBlock, m_size - m0);
+    const float* xs = x + m0 * k_size;
+    y_t* ys = y + m0 * n_size;
+    at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        weight_tile(xs, w + t * kTileN * k_size, bias ? bias + t * kTileN : nullptr,
+                    ys + t * kTileN, rows, k_size, n_size);
+    });
+    // Weight rows past the last whole tile, one at a time.
+    for (int64_t n = tiles * kTileN; n < n_size; ++n)
+      for (int64_t m = 0; m < rows; ++m)
+        tile<1, 1>(xs + m * k_size, w + n * k_size, bias ? bias + n : nullptr,
+                   ys + m * n_size + n, k_size, n_size);
+  }
 }
 
 template <typename w_t>
