@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     default_max_tokens: int = Field(256, ge=1)
     max_concurrent_requests_per_user: int = Field(16, ge=1)
     tokens_per_minute_per_user: int = Field(200_000, ge=1)
+    # Invalid API keys one client address may send in a minute before all its keyed requests
+    # get a 429 until the window clears (behind a proxy, every client shares its address).
+    auth_failures_per_minute: int = Field(20, ge=1)
     # OpenAI-compatible bodies ignore fields they do not know (and name them in the
     # x-ragserve-ignored-fields header), as vLLM does; true refuses them with a 400 instead.
     strict_request_fields: bool = False

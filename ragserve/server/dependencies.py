@@ -3,7 +3,8 @@
 from fastapi import Request
 
 from ragserve.access import Principal
-from ragserve.server.errors import APIError, Rejection
+from ragserve.server.errors import APIError, Rejection, from_limit
+from ragserve.server.limits import LimitExceeded
 from ragserve.server.state import ServerState
 
 
@@ -12,7 +13,8 @@ def server_state(request: Request) -> ServerState:
 
 
 def principal(request: Request) -> Principal:
-    """The principal of the request's bearer key; a 401 without a valid, unrevoked key."""
+    """The principal of the request's bearer key; a 401 without a valid, unrevoked key, and a
+    429 for a client that sent too many invalid keys in the last minute."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise APIError(
@@ -22,8 +24,15 @@ def principal(request: Request) -> Principal:
             "missing_api_key",
             rejection=Rejection.UNAUTHENTICATED,
         )
-    found = server_state(request).keys.authenticate(key.strip())
+    state = server_state(request)
+    client = request.client.host if request.client else "unknown"
+    try:
+        state.auth_throttle.check(client)
+    except LimitExceeded as error:
+        raise from_limit(error) from error
+    found = state.keys.authenticate(key.strip())
     if found is None:
+        state.auth_throttle.record_failure(client)
         raise APIError(
             401,
             "invalid or revoked API key",

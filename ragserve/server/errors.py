@@ -19,6 +19,7 @@ class Rejection(StrEnum):
 
     INVALID = "invalid"
     UNAUTHENTICATED = "unauthenticated"
+    AUTH_FAILURES = "auth_failures"
     PER_USER_CONCURRENCY = "per_user_concurrency"
     PER_USER_TOKENS = "per_user_tokens"
     QUEUE_FULL = "queue_full"

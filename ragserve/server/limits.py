@@ -1,8 +1,8 @@
-"""Per-user demand limits: concurrent requests and tokens per minute.
+"""Per-user demand limits (concurrent requests, tokens per minute) and failed keys per client.
 
 The engine's own limits (context length, queue size) protect the engine; these protect users
-from each other. A request over a limit is refused at once with the seconds until it may
-succeed, never queued.
+from each other, and keys from guessing. A request over a limit is refused at once with the
+seconds until it may succeed, never queued.
 """
 
 import threading
@@ -65,3 +65,38 @@ class UserLimiter:
             self._active[user] -= 1
             if output_tokens:
                 self._spent[user].append((time.monotonic(), output_tokens))
+
+
+class AuthThrottle:
+    """Failed API keys per client address in a sliding minute. Past max_failures, every keyed
+    request from that client is refused until the oldest failure leaves the window, valid key
+    or not: letting a valid key through would tell a guesser which guess was right."""
+
+    def __init__(self, max_failures: int) -> None:
+        self.max_failures = max_failures
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, client: str) -> None:
+        """Raise LimitExceeded if the client has failed too often in the last minute."""
+        now = time.monotonic()
+        with self._lock:
+            failures = self._failures.get(client)
+            if failures is None:
+                return
+            while failures and failures[0] <= now - WINDOW_S:
+                failures.popleft()
+            if not failures:
+                del self._failures[client]
+                return
+            if len(failures) >= self.max_failures:
+                raise LimitExceeded(
+                    "auth_failures",
+                    f"{len(failures)} invalid API keys from this client in the last minute "
+                    f"(limit {self.max_failures})",
+                    max(failures[0] + WINDOW_S - now, 1.0),
+                )
+
+    def record_failure(self, client: str) -> None:
+        with self._lock:
+            self._failures.setdefault(client, deque()).append(time.monotonic())

@@ -8,7 +8,7 @@ from pathlib import Path
 from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.engine import LLMEngine
 from ragserve.server.auth import KeyStore
-from ragserve.server.limits import UserLimiter
+from ragserve.server.limits import AuthThrottle, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.response_cache import ResponseCache
 from ragserve.services import RagServices
@@ -32,6 +32,7 @@ class ServerState:
     async_engine: AsyncEngine
     keys: KeyStore
     limiter: UserLimiter
+    auth_throttle: AuthThrottle
     metrics: ServerMetrics
     cache: ResponseCache | None
     model_id: str

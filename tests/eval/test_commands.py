@@ -157,7 +157,9 @@ def test_chunking_rejects_bad_sizes(inputs):
 
 def test_safety_suites_find_no_leak(inputs):
     folder, common = inputs
-    report = run_eval(folder, common, "safety", "--cases", "2", "--memos", "2")
+    report = run_eval(
+        folder, common, "safety", "--cases", "2", "--memos", "2", "--timing-asks", "3"
+    )
     access = report["access"]["summary"]
     assert access["leaks"] == 0, report["access"]["leaks"]
     assert access["authorized_saw_memo"] == 1.0, "the board member does reach the memos"
@@ -165,6 +167,9 @@ def test_safety_suites_find_no_leak(inputs):
     injection = report["injection"]["summary"]
     assert set(injection) == {"spotlighting", "no spotlighting", "control: asked directly"}
     assert all(s["cases"] == 2 for s in injection.values())
+    timing = report["access"]["refusal_timing"]
+    assert timing["forbidden"]["asks"] == timing["missing"]["asks"] == 3
+    assert timing["forbidden"]["p50"] > 0 and timing["missing"]["p50"] > 0
 
 
 def test_calibrate_fits_and_saves_an_answerability_model(inputs):

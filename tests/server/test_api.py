@@ -4,6 +4,8 @@ import httpx
 import openai
 import pytest
 
+from ragserve.server.limits import AuthThrottle
+
 MODEL = "smollm2-135m-instruct"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -97,6 +99,23 @@ def test_missing_and_bad_keys_are_401(server):
     assert response.json()["error"]["code"] == "missing_api_key"
     with pytest.raises(openai.AuthenticationError):
         client(server, "rsk-not-a-key").models.list()
+
+
+def test_repeated_bad_keys_from_one_client_are_throttled(server, alice, monkeypatch):
+    monkeypatch.setattr(server.state, "auth_throttle", AuthThrottle(3))
+    selector = 'ragserve:requests_rejected_total{reason="auth_failures"}'
+    rejected = _metric(server, selector)
+
+    def models(key: str) -> httpx.Response:
+        return httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+
+    assert [models(f"rsk-guess-{i}").status_code for i in range(3)] == [401] * 3
+    # Past the limit a valid key from the same client waits too: a 200 would confirm a guess.
+    refused = models(alice)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "auth_failures"
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert _metric(server, selector) == rejected + 1
 
 
 def test_revoked_key_stops_on_next_request(server):

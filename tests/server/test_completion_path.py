@@ -13,7 +13,7 @@ from ragserve.engine.errors import EngineOverloadedError
 from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from ragserve.server.completions import complete
 from ragserve.server.errors import APIError, Rejection
-from ragserve.server.limits import UserLimiter
+from ragserve.server.limits import AuthThrottle, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ChatCompletionRequest, CompletionRequest
 from ragserve.server.response_cache import ResponseCache
@@ -71,6 +71,7 @@ def state_with(engine: ScriptedEngine, tmp_path) -> ServerState:
         async_engine=engine,  # type: ignore[arg-type]
         keys=None,  # type: ignore[arg-type]
         limiter=UserLimiter(1, 10_000),
+        auth_throttle=AuthThrottle(20),
         metrics=ServerMetrics(model),  # type: ignore[arg-type]
         cache=ResponseCache(60, 10),
         model_id="m",

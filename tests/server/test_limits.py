@@ -1,7 +1,7 @@
 import pytest
 
 from ragserve.server import limits
-from ragserve.server.limits import LimitExceeded, UserLimiter
+from ragserve.server.limits import AuthThrottle, LimitExceeded, UserLimiter
 
 
 @pytest.fixture
@@ -38,3 +38,18 @@ def test_tokens_per_minute_window_counts_prompt_and_output(clock):
 def test_a_first_request_larger_than_the_budget_is_admitted(clock):
     # Refusing it would refuse it forever: an empty window admits any one request.
     UserLimiter(max_concurrent=1, tokens_per_minute=10).acquire("alice", 500)
+
+
+def test_failed_keys_throttle_their_client_for_the_rest_of_the_minute(clock):
+    throttle = AuthThrottle(max_failures=3)
+    for _ in range(3):
+        throttle.check("10.0.0.1")
+        throttle.record_failure("10.0.0.1")
+        clock[0] += 10
+    with pytest.raises(LimitExceeded) as refused:
+        throttle.check("10.0.0.1")
+    assert refused.value.limit == "auth_failures"
+    assert refused.value.retry_after_s == pytest.approx(30)  # the first failure ages out
+    throttle.check("10.0.0.2")  # another client is not affected
+    clock[0] += 30
+    throttle.check("10.0.0.1")
