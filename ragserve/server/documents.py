@@ -165,24 +165,36 @@ UPLOAD_BODY = {
 }
 
 
+# Room for a multipart body's boundaries, part headers and small fields (acl, doc_id).
+MULTIPART_OVERHEAD = 64 << 10
+
+
 def document_routes(state: ServerState) -> APIRouter:
     router = APIRouter(responses=error_responses(400, 401, 403, 404, 413))
     settings = state.settings
 
+    def too_large() -> APIError:
+        return APIError(
+            413,
+            f"file larger than {settings.max_upload_bytes} bytes (max_upload_bytes)",
+            "invalid_request_error",
+            "file_too_large",
+            rejection=Rejection.INVALID,
+        )
+
     async def source_from_multipart(request: Request) -> tuple[SourceDocument, Acl | None]:
+        # A body declared larger than the file limit plus the form's own parts is refused
+        # before a byte of it is read; a body without a length is counted as it is parsed.
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > settings.max_upload_bytes + MULTIPART_OVERHEAD:
+            raise too_large()
         form = await request.form(max_part_size=settings.max_upload_bytes)
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise invalid("multipart upload needs a 'file' part", "invalid_request")
         data = await upload.read(settings.max_upload_bytes + 1)
         if len(data) > settings.max_upload_bytes:
-            raise APIError(
-                413,
-                f"file larger than {settings.max_upload_bytes} bytes (max_upload_bytes)",
-                "invalid_request_error",
-                "file_too_large",
-                rejection=Rejection.INVALID,
-            )
+            raise too_large()
         try:
             acl_field = form.get("acl")
             acl = (

@@ -1,6 +1,8 @@
 """Documents and search over HTTP: roles, ACLs, 404-not-403, next-query visibility."""
 
+import http.client
 import io
+import json
 
 import httpx
 import openai
@@ -160,6 +162,21 @@ def test_an_upload_over_the_limit_is_413_and_stores_nothing(server, keys):
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "file_too_large"
     assert len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"]) == before
+
+
+def test_an_upload_declared_over_the_limit_is_413_before_its_body_is_read(server, keys):
+    limit = server.state.settings.max_upload_bytes
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=20)
+    connection.putrequest("POST", "/v1/documents")
+    connection.putheader("Authorization", f"Bearer {keys['writer']}")
+    connection.putheader("Content-Type", "multipart/form-data; boundary=xyz")
+    connection.putheader("Content-Length", str(limit * 3))
+    connection.endheaders(b"--xyz\r\n")  # and nothing more: the server must not wait for it
+    response = connection.getresponse()
+    assert response.status == 413
+    assert json.loads(response.read())["error"]["code"] == "file_too_large"
+    connection.close()
 
 
 def test_a_hidden_document_id_gets_the_answer_a_free_id_gets(server, keys):
