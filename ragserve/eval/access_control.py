@@ -78,7 +78,8 @@ ABSENT_COMPANIES = ("Oscorp", "Nakatomi", "Gringotts", "Monarch", "Prestige", "V
 
 
 def absent_question(n: int) -> str:
-    return f"What is the code name of the acquisition of {ABSENT_COMPANIES[n % 6]} Corporation?"
+    company = ABSENT_COMPANIES[n % len(ABSENT_COMPANIES)]
+    return f"What is the code name of the acquisition of {company} Corporation?"
 
 
 PRINCIPALS = {

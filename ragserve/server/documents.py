@@ -170,7 +170,7 @@ MULTIPART_OVERHEAD = 64 << 10
 
 
 def document_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=error_responses(400, 401, 403, 404, 413))
+    router = APIRouter(responses=error_responses(400, 401, 403, 404, 413, 429))
     settings = state.settings
 
     def too_large() -> APIError:

@@ -17,7 +17,7 @@ from ragserve.server.state import ServerState
 
 
 def embedding_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=error_responses(400, 401, 404))
+    router = APIRouter(responses=error_responses(400, 401, 404, 429))
     embedder = state.rag.embedder
 
     @router.post("/v1/embeddings", responses=json_body(EmbeddingResponse))

@@ -260,7 +260,7 @@ ERROR_STATUSES = {
     403: "The key may not do this (role or document permission).",
     404: "No such model or document (or not one the key may see).",
     413: "The upload is larger than max_upload_bytes.",
-    429: "A per-user limit; Retry-After says when to try again.",
+    429: "A per-user limit, or too many invalid keys from this client; Retry-After says when.",
     503: "The queue is full (Retry-After) or the engine stopped.",
 }
 

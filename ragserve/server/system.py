@@ -37,7 +37,9 @@ def system_routes(state: ServerState) -> APIRouter:
         ]
 
     @router.get(
-        "/v1/models", response_model=None, responses=json_body(ModelList) | error_responses(401)
+        "/v1/models",
+        response_model=None,
+        responses=json_body(ModelList) | error_responses(401, 429),
     )
     async def models(_: Principal = Depends(principal)) -> dict[str, Any]:
         return {"object": "list", "data": model_cards()}
@@ -45,7 +47,7 @@ def system_routes(state: ServerState) -> APIRouter:
     @router.get(
         "/v1/models/{model_id}",
         response_model=None,
-        responses=json_body(ModelCard) | error_responses(401, 404),
+        responses=json_body(ModelCard) | error_responses(401, 404, 429),
     )
     async def model(model_id: str, _: Principal = Depends(principal)) -> dict[str, Any]:
         for card in model_cards():
