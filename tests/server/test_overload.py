@@ -16,6 +16,9 @@ def small_server(tmp_path_factory, embedder):
             kv_cache_memory_bytes=2048 * 46080,
             max_num_seqs=1,
             max_queued_requests=1,
+            # No drafts: the counting prompt would let the first request finish in a few
+            # steps, before the third arrives to find the queue full.
+            speculative_tokens=0,
         )
     )
     yield from start_server(settings, engine, embedder)
@@ -26,7 +29,7 @@ def test_full_queue_is_503_with_retry_after(small_server):
     body = {
         "model": "smollm2-135m-instruct",
         "prompt": "Count: 1, 2,",
-        "max_tokens": 300,
+        "max_tokens": 600,
         "temperature": 0,
         "ignore_eos": True,
         "stream": True,
