@@ -73,3 +73,31 @@ def test_ask_answers_only_from_permitted_documents(tmp_path):
     assert record["refused"] and record["citations"] == []
     assert "September" not in outsider.stdout
     assert run_cli("ask", "anything", *data).returncode == 2
+
+
+def test_backup_restore_and_audit_commands(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "owls.md").write_text("# Owls\n\nOwls hunt at night.\n")
+    data = ["--data-dir", str(tmp_path / "data")]
+    assert run_cli("ingest", str(folder), "--group", "eng", *data, "--json").returncode == 0
+    assert run_cli("keys", "create", "--user", "ann", *data, "--json").returncode == 0
+    backed_up = run_cli("backup", str(tmp_path / "backup"), *data, "--json")
+    assert backed_up.returncode == 0, backed_up.stderr
+    assert set(json.loads(backed_up.stdout)["files"]) == {"index.sqlite", "keys.sqlite"}
+    assert run_cli("backup", str(tmp_path / "backup"), *data).returncode == 2, "never overwrites"
+    doc_id = json.loads(run_cli("docs", "list", *data, "--json").stdout)[0]["id"]
+    assert run_cli("docs", "delete", doc_id, *data).returncode == 0
+
+    restored = run_cli("restore", str(tmp_path / "backup"), *data, "--json")
+    assert restored.returncode == 0, restored.stderr
+    audit = json.loads(run_cli("audit", *data, "--json").stdout)
+    assert [(e["action"], e["target"]) for e in audit][2:] == [
+        ("document.delete", doc_id),
+        ("key.create", "1"),
+        ("document.write", doc_id),
+    ], "the restore undid the delete, not its record"
+    assert [(e["action"], e["actor"]) for e in audit][:2] == [("store.restore", "operator")] * 2
+    shown = json.loads(run_cli("docs", "show", doc_id, *data, "--json").stdout)
+    assert shown[0]["acl"] == {"users": {}, "groups": {"eng": "read"}}
+    assert run_cli("restore", str(tmp_path / "nothing"), *data).returncode == 2

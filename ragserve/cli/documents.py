@@ -85,7 +85,12 @@ def ingest(
     with Progress(console=console, disable=as_json, transient=True) as progress:
         task = progress.add_task("ingesting", total=len(items))
         results = index.ingestor.ingest_many(
-            items, tenant, owner, acl, progress=lambda _: progress.advance(task)
+            items,
+            tenant,
+            owner,
+            acl,
+            progress=lambda _: progress.advance(task),
+            actor="operator",
         )
     index.store.close()
     failed = [r for r in results if not r.ok]

@@ -81,11 +81,16 @@ class Ingestor:
         self.chunker = Chunker(embedder.tokenizer.backend_tokenizer, chunk_size, chunk_overlap)
 
     def ingest(
-        self, item: SourceDocument, tenant: str, owner: str, acl: Acl | None
+        self,
+        item: SourceDocument,
+        tenant: str,
+        owner: str,
+        acl: Acl | None,
+        actor: str | None = None,
     ) -> IngestResult:
         """Ingest one document; acl None keeps a stored document's ACL (a new one gets the
-        owner alone)."""
-        return self.ingest_many([item], tenant, owner, acl)[0]
+        owner alone). The audit trail names actor as the writer (default: the owner)."""
+        return self.ingest_many([item], tenant, owner, acl, actor=actor)[0]
 
     def ingest_many(
         self,
@@ -94,6 +99,7 @@ class Ingestor:
         owner: str,
         acl: Acl | None,
         progress: Callable[[IngestResult], None] | None = None,
+        actor: str | None = None,
     ) -> list[IngestResult]:
         """Ingest in batches: the chunks of a batch's documents are embedded together."""
         results = []
@@ -101,7 +107,7 @@ class Ingestor:
             prepared = [self._prepare(item, tenant, owner, acl) for item in batch]
             self._embed_missing([p for p in prepared if isinstance(p, _Prepared)])
             for entry in prepared:
-                result = entry if isinstance(entry, IngestResult) else self._write(entry)
+                result = entry if isinstance(entry, IngestResult) else self._write(entry, actor)
                 if not result.ok:
                     logger.warning("not ingested: %s", result.error)
                 results.append(result)
@@ -146,13 +152,13 @@ class Ingestor:
         for entry in prepared:
             entry.embedded = {h: vectors[h] for h in entry.hashes if h not in entry.known}
 
-    def _write(self, entry: "_Prepared") -> IngestResult:
+    def _write(self, entry: "_Prepared", actor: str | None) -> IngestResult:
         vectors = {**entry.known, **entry.embedded}
         chunks = [
             ChunkRecord("", entry.document.doc_id, s.index, s.start, s.end, s.text, h, vectors[h])
             for s, h in zip(entry.spans, entry.hashes, strict=True)
         ]
-        self.store.write_document(entry.document, chunks)
+        self.store.write_document(entry.document, chunks, actor)
         return IngestResult(
             source=entry.document.source,
             doc_id=entry.document.doc_id,

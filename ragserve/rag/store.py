@@ -6,6 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ragserve.audit import AuditEntry
 from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, ScoredChunk
 
 
@@ -28,21 +29,38 @@ class Store(Protocol):
         """The stored version of a document, 0 if there is none."""
         ...
 
-    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+    def write_document(
+        self, document: DocumentRecord, chunks: list[ChunkRecord], actor: str | None = None
+    ) -> None:
         """Store the document as the version after the stored one, with its chunks, replacing
         the previous version's chunks (and its ACL unless document.keep_acl), in one
-        transaction. Sets document.version, .ingested_at and .num_chunks and each chunk's
-        chunk_id. The caller has checked that the writer may write (see AccessFilter.may)."""
+        transaction that also appends its audit entry (made by actor, default the owner).
+        Sets document.version, .ingested_at and .num_chunks and each chunk's chunk_id. The
+        caller has checked that the writer may write (see AccessFilter.may)."""
         ...
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
-        """Delete the document with its chunks and ACL if the filter may write it; False (and
-        nothing changed) if it does not exist or the filter may not write it."""
+        """Delete the document with its chunks and ACL if the filter may write it, with its
+        audit entry; False (and nothing changed) if it does not exist or the filter may not
+        write it."""
         ...
 
     def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
-        """Replace the document's ACL if the filter may manage it; False (nothing changed)
-        otherwise. The owner is not part of the ACL and always keeps access."""
+        """Replace the document's ACL if the filter may manage it, with its audit entry; False
+        (nothing changed) otherwise. The owner is not part of the ACL and always keeps
+        access."""
+        ...
+
+    def record(self, entry: AuditEntry) -> None:
+        """Append an audit entry for a change made outside the methods above (a restore)."""
+        ...
+
+    def audit_log(
+        self, tenant: str | None, limit: int = 100, before: float | None = None
+    ) -> list[AuditEntry]:
+        """Audit entries newest first, of one tenant or of all (None), older than `before`
+        (seconds since the epoch) when given; at most limit (1 to MAX_AUDIT_PAGE). Only
+        administrators may be shown them: the caller checks."""
         ...
 
     def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:

@@ -1,6 +1,7 @@
 """The FastAPI application: the factory (server state from the composition root), the engine's
 lifespan, the error handlers, and one router per API family (system, completions, embeddings,
-answers, documents). Every refusal is an OpenAI-style error body with the matching status.
+answers, documents, audit). Every refusal is an OpenAI-style error body with the matching
+status.
 """
 
 import contextlib
@@ -18,6 +19,7 @@ from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.engine import LLMEngine
 from ragserve.rag.embeddings import Embedder
 from ragserve.server.answers import answer_routes
+from ragserve.server.audit import audit_routes
 from ragserve.server.auth import KeyStore
 from ragserve.server.completions import completion_routes
 from ragserve.server.documents import document_routes
@@ -102,6 +104,7 @@ def build_app(
         embedding_routes(state),
         answer_routes(state),
         document_routes(state),
+        audit_routes(state),
     ):
         app.include_router(router)
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]

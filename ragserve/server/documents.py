@@ -260,7 +260,9 @@ def document_routes(state: ServerState) -> APIRouter:
             if acl is not None:
                 _require(access, existing, Permission.MANAGE)
             owner = existing.owner
-        result = await run_in_threadpool(state.rag.ingestor.ingest, item, who.tenant, owner, acl)
+        result = await run_in_threadpool(
+            state.rag.ingestor.ingest, item, who.tenant, owner, acl, who.user
+        )
         if not result.ok:
             raise invalid(result.error or "cannot ingest", "unparseable_document")
         document = await run_in_threadpool(state.rag.store.get_document, access, result.doc_id)

@@ -158,3 +158,18 @@ def json_or_events(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
 
 def json_body(model: type[BaseModel] | Any) -> dict[int | str, dict[str, Any]]:
     return {200: {"model": model}}
+
+
+class AuditRecord(Body):
+    at: float
+    tenant: str
+    actor: str
+    action: str
+    target: str
+    version: int | None
+    detail: dict[str, Any]
+
+
+class AuditLog(Body):
+    object: Literal["list"]
+    data: list[AuditRecord]

@@ -38,3 +38,38 @@ def test_permission_key_separates_tenants_users_and_groups(tmp_path):
         ]
     ]
     assert len({p.permission_key for p in principals}) == 4
+
+
+def test_key_changes_are_audited_per_tenant(tmp_path):
+    from ragserve.audit import AuditAction
+
+    keys = KeyStore(tmp_path / "keys.sqlite")
+    _, record = keys.create("alice", ["staff"], "acme", Role.WRITER, actor="root")
+    keys.create("bob", [], "globex")
+    keys.revoke(record.key_id, actor="root")
+    keys.revoke(record.key_id, actor="root")  # already revoked: nothing happens, nothing logged
+    log = keys.audit_log("acme")
+    assert [(e.action, e.actor, e.target) for e in log] == [
+        (AuditAction.KEY_REVOKE, "root", str(record.key_id)),
+        (AuditAction.KEY_CREATE, "root", str(record.key_id)),
+    ]
+    assert '"role": "writer"' in log[1].detail and "rsk-" in log[1].detail
+    assert [e.tenant for e in keys.audit_log(None)] == ["acme", "globex", "acme"]
+
+
+def test_a_restore_never_brings_a_revoked_key_back(tmp_path):
+    from ragserve.sqlite_db import copy_database
+
+    keys = KeyStore(tmp_path / "keys.sqlite")
+    kept, kept_record = keys.create("alice", [], "acme")
+    withdrawn, withdrawn_record = keys.create("mallory", [], "acme")
+    copy_database(keys.path, tmp_path / "backup.sqlite")
+    keys.revoke(withdrawn_record.key_id)
+    later, _ = keys.create("carol", [], "acme")
+    keys.restore_from(tmp_path / "backup.sqlite", actor="root")
+    assert keys.authenticate(kept) is not None
+    assert keys.authenticate(withdrawn) is None, "revoked after the backup: stays revoked"
+    assert keys.authenticate(later) is None, "created after the backup: not in it"
+    restores = [e for e in keys.audit_log("acme") if e.action == "store.restore"]
+    assert len(restores) == 1 and '"active_keys": 1' in restores[0].detail
+    assert kept_record.key_id in [r.key_id for r in keys.list()]

@@ -303,3 +303,37 @@ def test_response_cache_follows_the_index_version(server, keys):
     call(server, "POST", "/v1/documents", keys["writer"], json={"text": "Blue is a colour."})
     api.chat.completions.create(**request)
     assert count() == before + 1, "a write moves the index version: the old entry is gone"
+
+
+def test_the_audit_trail_is_for_the_tenants_administrators(server, keys):
+    upload = call(
+        server,
+        "POST",
+        "/v1/documents",
+        keys["writer"],
+        json={"text": "Audit me, please.", "source": "audited.txt", "acl": {"groups": ["eng"]}},
+    )
+    assert upload.status_code == 201, upload.text
+    doc_id = upload.json()["id"]
+    call(server, "PUT", f"/v1/documents/{doc_id}/acl", keys["writer"], json={"groups": ["ops"]})
+    assert call(server, "DELETE", f"/v1/documents/{doc_id}", keys["writer"]).status_code == 200
+    admin = server.key("ada", role=Role.ADMIN)
+    response = call(server, "GET", "/v1/audit", admin, params={"limit": 1000})
+    assert response.status_code == 200, response.text
+    mine = [e for e in response.json()["data"] if e["target"] == doc_id]
+    assert [(e["action"], e["actor"], e["version"]) for e in mine] == [
+        ("document.delete", "wendy", 1),
+        ("document.acl", "wendy", 1),
+        ("document.write", "wendy", 1),
+    ]
+    assert mine[1]["detail"]["acl"]["groups"] == {"ops": "read"}
+    kinds = {e["action"] for e in response.json()["data"]}
+    assert "key.create" in kinds, "key changes are merged in"
+    assert {e["tenant"] for e in response.json()["data"]} == {"default"}
+    other_admin = server.key("oz", tenant="globex", role=Role.ADMIN)
+    theirs = call(server, "GET", "/v1/audit", other_admin).json()["data"]
+    assert doc_id not in {e["target"] for e in theirs}
+    for role in ("writer", "eng"):
+        refused = call(server, "GET", "/v1/audit", keys[role])
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    assert call(server, "GET", "/v1/audit", admin, params={"limit": 0}).status_code == 400

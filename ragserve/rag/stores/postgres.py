@@ -20,6 +20,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
+from ragserve.audit import AUDIT_COLUMNS, AuditEntry, check_page
 from ragserve.rag.documents import (
     AccessFilter,
     Acl,
@@ -66,6 +67,12 @@ CREATE TABLE IF NOT EXISTS rs_chunks (
 CREATE INDEX IF NOT EXISTS rs_chunks_by_doc ON rs_chunks (tenant, doc_id, version);
 CREATE INDEX IF NOT EXISTS rs_chunks_tsv ON rs_chunks USING gin (tsv);
 CREATE INDEX IF NOT EXISTS rs_chunks_hnsw ON rs_chunks USING hnsw (embedding vector_cosine_ops);
+CREATE TABLE IF NOT EXISTS rs_audit (
+    seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL,
+    actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, version INTEGER,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rs_audit_by_tenant ON rs_audit (tenant, at);
 """
 
 ACL_CONDITION = """d.tenant = %(tenant)s AND (%(everything)s OR d.owner = %(user)s OR EXISTS (
@@ -191,6 +198,23 @@ class PostgresStore(SqlStore):
                     " VALUES (%s, %s, %s, %s, %s)",
                     rows,
                 )
+
+    def _append_audit(self, entry: AuditEntry) -> None:
+        self._db.execute(
+            f"INSERT INTO rs_audit ({', '.join(AUDIT_COLUMNS)})"
+            f" VALUES ({', '.join('%s' for _ in AUDIT_COLUMNS)})",
+            entry.row(),
+        )
+
+    def _audit(self, tenant: str | None, before: float | None, limit: int) -> list[AuditEntry]:
+        rows = self._db.execute(
+            f"SELECT {', '.join(AUDIT_COLUMNS)} FROM rs_audit"
+            " WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s)"
+            " AND (%(before)s::float8 IS NULL OR at < %(before)s)"
+            " ORDER BY at DESC, seq DESC LIMIT %(limit)s",
+            {"tenant": tenant, "before": before, "limit": check_page(limit)},
+        ).fetchall()
+        return [AuditEntry.from_row(row) for row in rows]
 
     def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
         where = ACL_CONDITION + (" AND d.doc_id = %(doc_id)s" if doc_id else "")

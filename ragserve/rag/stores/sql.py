@@ -2,9 +2,11 @@
 replace, delete, ACL change), permission checks inside those transactions, and document reads.
 Each backend supplies the statements through the hooks below, in its own SQL dialect."""
 
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
+from ragserve.audit import AuditAction, AuditEntry
 from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, Permission
 
 
@@ -43,6 +45,13 @@ class SqlStore(ABC):
         """Move the index version, so caches keyed on it forget what they hold."""
 
     @abstractmethod
+    def _append_audit(self, entry: AuditEntry) -> None: ...
+
+    @abstractmethod
+    def _audit(self, tenant: str | None, before: float | None, limit: int) -> list[AuditEntry]:
+        """Newest first, of one tenant or all (None), older than before; limit checked."""
+
+    @abstractmethod
     def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
         """The documents the filter admits (one, or all when doc_id is None), with ACLs."""
 
@@ -52,7 +61,9 @@ class SqlStore(ABC):
         with self._transaction():
             return self._stored_version(tenant, doc_id, for_update=False)
 
-    def write_document(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+    def write_document(
+        self, document: DocumentRecord, chunks: list[ChunkRecord], actor: str | None = None
+    ) -> None:
         with self._transaction(write=True):
             old_version = self._stored_version(document.tenant, document.doc_id, for_update=True)
             document.next_version(old_version, chunks)
@@ -63,23 +74,73 @@ class SqlStore(ABC):
             if not document.keep_acl:
                 self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()
+            self._append_audit(
+                AuditEntry.of(
+                    document.tenant,
+                    actor or document.owner,
+                    AuditAction.DOCUMENT_WRITE,
+                    document.doc_id,
+                    document.ingested_at,
+                    document.version,
+                    source=document.source,
+                    owner=document.owner,
+                    chunks=len(chunks),
+                    content_hash=document.content_hash,
+                    acl=None if document.keep_acl else document.acl.as_json(),
+                )
+            )
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
         with self._transaction(write=True):
-            if not self._permits(access, doc_id, Permission.WRITE):
+            document = self._permitted(access, doc_id, Permission.WRITE)
+            if document is None:
                 return False
             self._remove_chunks(access.tenant, doc_id)
             self._remove_document(access.tenant, doc_id)
             self._bump_version()
+            self._append_audit(
+                AuditEntry.of(
+                    access.tenant,
+                    access.user,
+                    AuditAction.DOCUMENT_DELETE,
+                    doc_id,
+                    time.time(),
+                    document.version,
+                    source=document.source,
+                )
+            )
         return True
 
     def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
         with self._transaction(write=True):
-            if not self._permits(access, doc_id, Permission.MANAGE):
+            document = self._permitted(access, doc_id, Permission.MANAGE)
+            if document is None:
                 return False
             self._replace_acl(access.tenant, doc_id, acl)
             self._bump_version()
+            self._append_audit(
+                AuditEntry.of(
+                    access.tenant,
+                    access.user,
+                    AuditAction.ACL_CHANGE,
+                    doc_id,
+                    time.time(),
+                    document.version,
+                    acl=acl.as_json(),
+                    previous=document.acl.as_json(),
+                )
+            )
         return True
+
+    def record(self, entry: AuditEntry) -> None:
+        with self._transaction(write=True):
+            self._append_audit(entry)
+
+    def audit_log(
+        self, tenant: str | None, limit: int = 100, before: float | None = None
+    ) -> list[AuditEntry]:
+        with self._transaction():
+            return self._audit(tenant, before, limit)
 
     def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
         with self._transaction():
@@ -90,6 +151,9 @@ class SqlStore(ABC):
         with self._transaction():
             return self._documents(access, None)
 
-    def _permits(self, access: AccessFilter, doc_id: str, needed: Permission) -> bool:
+    def _permitted(
+        self, access: AccessFilter, doc_id: str, needed: Permission
+    ) -> DocumentRecord | None:
+        """The document if the filter holds at least `needed` on it."""
         found = self._documents(access, doc_id)
-        return access.may(found[0] if found else None, needed)
+        return found[0] if found and access.may(found[0], needed) else None

@@ -9,12 +9,19 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
 
+from ragserve.audit import (
+    SQLITE_AUDIT_SCHEMA,
+    AuditEntry,
+    append_restores,
+    append_sqlite,
+    read_sqlite,
+    sqlite_audit_rows,
+)
 from ragserve.rag.documents import (
     AccessFilter,
     Acl,
@@ -32,6 +39,7 @@ from ragserve.rag.stores.rows import (
     document_values,
 )
 from ragserve.rag.stores.sql import SqlStore
+from ragserve.sqlite_db import connect, restore_database, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,15 +95,12 @@ def fts_query(text: str) -> str | None:
 class SqliteStore(SqlStore):
     def __init__(self, path: str | Path, dimension: int) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.dimension = dimension
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode = WAL")
-        # With WAL, NORMAL still never corrupts the file; a power cut may lose the last commits.
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA busy_timeout = 30000")
+        self._db = connect(path)
         self._lock = threading.RLock()
-        self._db.executescript(SCHEMA)  # idempotent; executescript commits on its own
+        # Idempotent; executescript commits on its own.
+        self._db.executescript(SCHEMA + SQLITE_AUDIT_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(doc_acl)")}
         if "permission" not in columns:  # a store from before permission levels: all read
             self._db.execute(
@@ -115,16 +120,8 @@ class SqliteStore(SqlStore):
         self._rowids = np.empty(0, dtype=np.int64)
         self._matrix = np.empty((0, dimension), dtype=np.float32)
 
-    @contextmanager
-    def _transaction(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _transaction(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self._db, self._lock, write)
 
     def _meta(self, key: str) -> str:
         return self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
@@ -141,6 +138,35 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def restore_from(self, backup: Path, actor: str) -> None:
+        """Replace the store's content with a backup's while it may be in use (see
+        restore_database). The store keeps its id and its index version moves past both its
+        own and the backup's, so nothing cached from either (in this process or a server using
+        the file) passes for the restored content. Each tenant's audit trail records the restore
+        and keeps what it recorded since the backup."""
+        with self._transaction():
+            live_version = int(self._meta("index_version"))
+            store_id = self._meta("store_id")
+            tenants = {row[0] for row in self._db.execute("SELECT tenant FROM documents")}
+            trail = sqlite_audit_rows(self._db)
+
+        def prepare(staged: Path) -> None:
+            restored = SqliteStore(staged, self.dimension)  # migrates; checks the dimension
+            try:
+                with restored._transaction(write=True) as db:
+                    version = max(live_version, int(restored._meta("index_version"))) + 1
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'index_version'", (version,))
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'store_id'", (store_id,))
+                    counts = dict(
+                        db.execute("SELECT tenant, COUNT(*) FROM documents GROUP BY tenant")
+                    )
+                    counts = dict.fromkeys(tenants, 0) | counts
+                    append_restores(db, actor, str(backup), counts, "documents", trail)
+            finally:
+                restored.close()
+
+        restore_database(backup, self.path, prepare)
 
     # The SqlStore hooks.
 
@@ -192,6 +218,12 @@ class SqliteStore(SqlStore):
             "INSERT INTO doc_acl (tenant, doc_id, kind, name, permission) VALUES (?, ?, ?, ?, ?)",
             [(tenant, doc_id, *entry) for entry in acl.entries()],
         )
+
+    def _append_audit(self, entry: AuditEntry) -> None:
+        append_sqlite(self._db, entry)
+
+    def _audit(self, tenant: str | None, before: float | None, limit: int) -> list[AuditEntry]:
+        return read_sqlite(self._db, tenant, before, limit)
 
     def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
         where = f"{ACL_CONDITION}" + (" AND d.doc_id = :doc_id" if doc_id else "")
