@@ -1,4 +1,5 @@
 import os
+import uuid
 
 import pytest
 
@@ -24,3 +25,22 @@ def embedder():
     from ragserve.rag.embeddings import Embedder
 
     return Embedder()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A real PostgreSQL with pgvector, from the pgserver package."""
+    pgserver = pytest.importorskip("pgserver")
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    yield server
+    server.cleanup()
+
+
+def new_postgres_database(server) -> str:
+    """The URL of a new, empty database on the server."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(server.get_uri(), autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {name}")
+    return server.get_uri(name)

@@ -20,6 +20,7 @@ from ragserve.cli.common import (
 
 if TYPE_CHECKING:
     from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.rag.ingest import IngestResult
     from ragserve.rag.store import Store
     from ragserve.settings import Settings
 
@@ -68,6 +69,14 @@ def ingest(
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_jsonl: Annotated[
+        bool,
+        typer.Option(
+            "--jsonl",
+            help="Print each document's result as one JSON line the moment it is stored or "
+            "refused (to follow a long ingest from a script).",
+        ),
+    ] = False,
 ) -> None:
     """Parse, chunk, embed and index documents with an ACL (users and groups)."""
     from ragserve.rag.corpus import load_wiki, wiki_sources
@@ -82,21 +91,22 @@ def ingest(
     if wiki:
         items += list(wiki_sources(load_wiki(limit=wiki_limit)))
     acl = _acl(user, group)
-    with Progress(console=console, disable=as_json, transient=True) as progress:
+    with Progress(console=console, disable=as_json or as_jsonl, transient=True) as progress:
         task = progress.add_task("ingesting", total=len(items))
+
+        def stored(result: "IngestResult") -> None:
+            progress.advance(task)
+            if as_jsonl:
+                print(json.dumps(asdict(result)), flush=True)
+
         results = index.ingestor.ingest_many(
-            items,
-            tenant,
-            owner,
-            acl,
-            progress=lambda _: progress.advance(task),
-            actor="operator",
+            items, tenant, owner, acl, progress=stored, actor="operator"
         )
     index.store.close()
     failed = [r for r in results if not r.ok]
     if as_json:
         print(json.dumps([asdict(r) for r in results]))
-    else:
+    elif not as_jsonl:
         for result in failed:
             console.print(f"[red]not ingested:[/red] {result.error}")
         done = [r for r in results if r.ok]

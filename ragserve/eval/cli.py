@@ -276,3 +276,49 @@ def calibrate(
         save_to.write_text(model.to_json(fitted_on=report["meta"], cv=figures["cv_auc"]))
     paths = calibration.write(report, out)
     _finish(report, calibration.to_markdown(report), paths, as_json)
+
+
+@eval_app.command("crash")
+def crash(
+    store: Annotated[
+        str | None,
+        typer.Option(help="A scratch postgresql:// URL or SQLite path; default a temporary file."),
+    ] = None,
+    pgserver_dir: Annotated[
+        Path | None, typer.Option(help="Start a PostgreSQL (pgserver) in this folder and use it.")
+    ] = None,
+    kills: Annotated[int, typer.Option(help="Kills to deliver.", min=1)] = 20,
+    documents: Annotated[int, typer.Option(help="Documents in the corpus.", min=1)] = 300,
+    max_delay: Annotated[
+        float, typer.Option(help="Latest kill, in seconds after the first stored document.")
+    ] = 8.0,
+    seed: int = 0,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonOption = False,
+) -> None:
+    """Kill -9 an ingesting process at random moments, then check that every document it
+    reported stored is whole and nothing partial is visible; a last run must embed only what
+    never got stored. Exits 1 if a document is lost or damaged."""
+    import tempfile
+
+    from ragserve.eval import crash as harness
+    from ragserve.reports import run_metadata
+
+    settings = _settings(config)
+    with tempfile.TemporaryDirectory() as folder:
+        if pgserver_dir is not None:
+            import pgserver
+
+            store = pgserver.get_server(pgserver_dir, cleanup_mode="stop").get_uri()
+        overrides = {"data_dir": Path(folder) / "data", "store": store}
+        settings = settings.model_copy(update=overrides)
+        with console.status("ingesting and killing") as status:
+            report = harness.run(
+                settings, Path(folder), kills, documents, max_delay, seed, status.update
+            )
+    meta = run_metadata(kills=kills, documents=documents, max_delay_s=max_delay, seed=seed)
+    paths = harness.write(report, out, meta)
+    _finish(report.as_json(), harness.to_markdown(report, meta), paths, as_json)
+    if not report.passed:
+        raise typer.Exit(1)

@@ -4,26 +4,9 @@ import numpy as np
 import pytest
 
 from ragserve.rag.documents import Acl, ChunkRecord, DocumentRecord, content_hash
+from tests.conftest import new_postgres_database
 
 DIMENSION = 8
-
-
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
-    """A real PostgreSQL with pgvector, from the pgserver package."""
-    pgserver = pytest.importorskip("pgserver")
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield server
-    server.cleanup()
-
-
-def _postgres_url(server) -> str:
-    import psycopg
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(server.get_uri(), autocommit=True) as db:
-        db.execute(f"CREATE DATABASE {name}")
-    return server.get_uri(name)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -40,7 +23,7 @@ def store_factory(request, tmp_path):
             from ragserve.rag.stores.postgres import PostgresStore
 
             server = request.getfixturevalue("postgres_server")
-            store = PostgresStore(_postgres_url(server), dimension)
+            store = PostgresStore(new_postgres_database(server), dimension)
         opened.append(store)
         return store
 
