@@ -51,10 +51,6 @@ class Store(Protocol):
         access."""
         ...
 
-    def record(self, entry: AuditEntry) -> None:
-        """Append an audit entry for a change made outside the methods above (a restore)."""
-        ...
-
     def audit_log(
         self, tenant: str | None, limit: int = 100, before: float | None = None
     ) -> list[AuditEntry]:

@@ -132,10 +132,6 @@ class SqlStore(ABC):
             )
         return True
 
-    def record(self, entry: AuditEntry) -> None:
-        with self._transaction(write=True):
-            self._append_audit(entry)
-
     def audit_log(
         self, tenant: str | None, limit: int = 100, before: float | None = None
     ) -> list[AuditEntry]:
