@@ -10,6 +10,9 @@ MAX_LINES = 350
 # Layers below the server: they must work without it (the CLI is the only one that may import
 # the server, to serve it).
 BELOW_SERVER = ("engine", "rag", "eval", "bench", "services", "settings", "access")
+# Harnesses whose subject is the server itself: `ragserve eval races` serves the app in-process
+# to race writers against readers over HTTP. No other module below the server imports it.
+SERVER_HARNESSES = ("ragserve.eval.races",)
 
 
 def module_name(path: Path) -> str:
@@ -54,7 +57,12 @@ GRAPH = {name: imports(path) for name, path in MODULES.items()}
 def test_lower_layers_do_not_import_the_server_or_the_cli(layer):
     prefix = f"ragserve.{layer}"
     offenders = {
-        module: sorted(i for i in targets if i.startswith(("ragserve.server", "ragserve.cli")))
+        module: sorted(
+            i
+            for i in targets
+            if i.startswith("ragserve.cli")
+            or (i.startswith("ragserve.server") and module not in SERVER_HARNESSES)
+        )
         for module, targets in GRAPH.items()
         if module == prefix or module.startswith(prefix + ".")
     }

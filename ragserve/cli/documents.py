@@ -80,6 +80,7 @@ def ingest(
 ) -> None:
     """Parse, chunk, embed and index documents with an ACL (users and groups)."""
     from ragserve.rag.corpus import load_wiki, wiki_sources
+    from ragserve.rag.documents import AccessFilter
     from ragserve.rag.ingest import read_sources
     from ragserve.services import DocumentIndex
 
@@ -99,8 +100,9 @@ def ingest(
             if as_jsonl:
                 print(json.dumps(asdict(result)), flush=True)
 
+        operator = AccessFilter(tenant, "operator", everything=True)
         results = index.ingestor.ingest_many(
-            items, tenant, owner, acl, progress=stored, actor="operator"
+            items, tenant, owner, acl, progress=stored, writer=operator
         )
     index.store.close()
     failed = [r for r in results if not r.ok]

@@ -6,13 +6,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markdown import Markdown
 
-from ragserve.reports import to_json
+from ragserve.eval.cli_common import (
+    ConfigOption,
+    JsonOption,
+    OutOption,
+    console,
+    eval_app,
+    finish,
+    load_settings,
+)
+from ragserve.eval.reliability_cli import reliability_app
 
-eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of retrieval, answers and safety.")
-console = Console(stderr=True)
+eval_app.add_typer(reliability_app)
 
 DatasetOption = Annotated[
     Path, typer.Option(help="JSONL of {qid, question, answers, gold_doc, kind}.")
@@ -23,21 +29,6 @@ CorpusOption = Annotated[
 CorpusLimitOption = Annotated[
     int | None, typer.Option(help="Index only the gold documents and others up to N in all.")
 ]
-ConfigOption = Annotated[Path | None, typer.Option("--config", help="TOML settings file.")]
-OutOption = Annotated[Path, typer.Option(help="Report folder.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the JSON report.")]
-
-
-def _settings(config: Path | None):
-    from pydantic import ValidationError
-
-    from ragserve.settings import Settings
-
-    try:
-        return Settings.load(config)
-    except (FileNotFoundError, ValidationError) as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
 
 
 def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index: bool = True):
@@ -58,14 +49,6 @@ def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index:
         except (DatasetError, CorpusError, ValueError) as error:
             console.print(f"[red]error:[/red] {error}")
             raise typer.Exit(2) from error
-
-
-def _finish(report: dict, markdown: str, paths: list[Path], as_json: bool) -> None:
-    if as_json:
-        print(to_json(report))
-    else:
-        Console().print(Markdown(markdown.split("\n## Run")[0]))
-    console.print("reports: " + ", ".join(str(p) for p in paths))
 
 
 def _rerankers(names: str, runner_tokenizer: Callable[[], object]) -> dict:
@@ -104,7 +87,7 @@ def retrieval(
     from ragserve.eval import retrieval as evaluation
     from ragserve.services import running_engine
 
-    settings = _settings(config)
+    settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     needs_model = any(n.strip() == "llm" for n in rerankers.split(","))
     with running_engine(settings) if needs_model else nullcontext() as runner:
@@ -114,7 +97,7 @@ def retrieval(
             report = evaluation.evaluate(context, chosen, generate, status.update)
     context.close()
     paths = evaluation.write(report, out)
-    _finish(report, evaluation.to_markdown(report), paths, as_json)
+    finish(report, evaluation.to_markdown(report), paths, as_json)
 
 
 @eval_app.command("answers")
@@ -141,7 +124,7 @@ def answers(
     if variant not in evaluation.VARIANTS:
         console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
         raise typer.Exit(2)
-    settings = _settings(config)
+    settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
     with running_engine(settings) as runner, console.status("answering") as status:
@@ -161,7 +144,7 @@ def answers(
     report = {"meta": meta} | evaluation.score(context, outcomes, SupportJudge(context.embedder))
     context.close()
     paths = evaluation.write(report, out)
-    _finish(report, evaluation.to_markdown(report), paths, as_json)
+    finish(report, evaluation.to_markdown(report), paths, as_json)
 
 
 @eval_app.command("chunking")
@@ -191,7 +174,7 @@ def chunking(
     if chosen[0] < 8 or group < 1:
         console.print("[red]error:[/red] chunk sizes must be at least 8, --group at least 1")
         raise typer.Exit(2)
-    settings = _settings(config)
+    settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(settings.model))
 
@@ -201,7 +184,7 @@ def chunking(
     with console.status("evaluating chunk sizes") as status:
         report = evaluation.evaluate(context, chosen, group, count, status.update)
     paths = evaluation.write(report, out)
-    _finish(report, evaluation.to_markdown(report), paths, as_json)
+    finish(report, evaluation.to_markdown(report), paths, as_json)
 
 
 @eval_app.command("safety")
@@ -230,7 +213,7 @@ def safety(
             "[red]error:[/red] --cases and --timing-asks must be at least 1, --memos at least 2"
         )
         raise typer.Exit(2)
-    settings = _settings(config)
+    settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
     try:
         with running_engine(settings) as runner, console.status("running the safety suites"):
@@ -239,7 +222,7 @@ def safety(
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
     paths = evaluation.write(report, out)
-    _finish(report, evaluation.to_markdown(report), paths, as_json)
+    finish(report, evaluation.to_markdown(report), paths, as_json)
 
 
 @eval_app.command("calibrate")
@@ -260,7 +243,7 @@ def calibrate(
     cross-validated figures and a calibration plot."""
     from ragserve.eval import calibrate as calibration
 
-    settings = _settings(config)
+    settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     with console.status("measuring answerability signals"):
         rows = calibration.measure(context)
@@ -275,50 +258,4 @@ def calibrate(
     if save_to is not None:
         save_to.write_text(model.to_json(fitted_on=report["meta"], cv=figures["cv_auc"]))
     paths = calibration.write(report, out)
-    _finish(report, calibration.to_markdown(report), paths, as_json)
-
-
-@eval_app.command("crash")
-def crash(
-    store: Annotated[
-        str | None,
-        typer.Option(help="A scratch postgresql:// URL or SQLite path; default a temporary file."),
-    ] = None,
-    pgserver_dir: Annotated[
-        Path | None, typer.Option(help="Start a PostgreSQL (pgserver) in this folder and use it.")
-    ] = None,
-    kills: Annotated[int, typer.Option(help="Kills to deliver.", min=1)] = 20,
-    documents: Annotated[int, typer.Option(help="Documents in the corpus.", min=1)] = 300,
-    max_delay: Annotated[
-        float, typer.Option(help="Latest kill, in seconds after the first stored document.")
-    ] = 8.0,
-    seed: int = 0,
-    config: ConfigOption = None,
-    out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
-) -> None:
-    """Kill -9 an ingesting process at random moments, then check that every document it
-    reported stored is whole and nothing partial is visible; a last run must embed only what
-    never got stored. Exits 1 if a document is lost or damaged."""
-    import tempfile
-
-    from ragserve.eval import crash as harness
-    from ragserve.reports import run_metadata
-
-    settings = _settings(config)
-    with tempfile.TemporaryDirectory() as folder:
-        if pgserver_dir is not None:
-            import pgserver
-
-            store = pgserver.get_server(pgserver_dir, cleanup_mode="stop").get_uri()
-        overrides = {"data_dir": Path(folder) / "data", "store": store}
-        settings = settings.model_copy(update=overrides)
-        with console.status("ingesting and killing") as status:
-            report = harness.run(
-                settings, Path(folder), kills, documents, max_delay, seed, status.update
-            )
-    meta = run_metadata(kills=kills, documents=documents, max_delay_s=max_delay, seed=seed)
-    paths = harness.write(report, out, meta)
-    _finish(report.as_json(), harness.to_markdown(report, meta), paths, as_json)
-    if not report.passed:
-        raise typer.Exit(1)
+    finish(report, calibration.to_markdown(report), paths, as_json)

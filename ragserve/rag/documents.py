@@ -118,6 +118,11 @@ class AccessFilter:
         return level is not None and level >= needed
 
 
+class WriteConflict(Exception):
+    """A write whose document was deleted, or whose writer lost the permission, between the
+    writer's check and the write's transaction; nothing was written."""
+
+
 @dataclass
 class DocumentRecord:
     doc_id: str

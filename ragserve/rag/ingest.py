@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ragserve.rag.chunking import Chunker, ChunkSpan
-from ragserve.rag.documents import Acl, ChunkRecord, DocumentRecord, content_hash
+from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, content_hash
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.parsers import ParsedDocument, ParseError, parse_bytes
 from ragserve.rag.store import Store
@@ -86,11 +86,13 @@ class Ingestor:
         tenant: str,
         owner: str,
         acl: Acl | None,
-        actor: str | None = None,
+        writer: AccessFilter | None = None,
+        replaces: bool = False,
     ) -> IngestResult:
         """Ingest one document; acl None keeps a stored document's ACL (a new one gets the
-        owner alone). The audit trail names actor as the writer (default: the owner)."""
-        return self.ingest_many([item], tenant, owner, acl, actor=actor)[0]
+        owner alone). writer and replaces: see Store.write_document; a WriteConflict is
+        raised, not reported."""
+        return self.ingest_many([item], tenant, owner, acl, writer=writer, replaces=replaces)[0]
 
     def ingest_many(
         self,
@@ -99,7 +101,8 @@ class Ingestor:
         owner: str,
         acl: Acl | None,
         progress: Callable[[IngestResult], None] | None = None,
-        actor: str | None = None,
+        writer: AccessFilter | None = None,
+        replaces: bool = False,
     ) -> list[IngestResult]:
         """Ingest in batches: the chunks of a batch's documents are embedded together."""
         results = []
@@ -107,7 +110,9 @@ class Ingestor:
             prepared = [self._prepare(item, tenant, owner, acl) for item in batch]
             self._embed_missing([p for p in prepared if isinstance(p, _Prepared)])
             for entry in prepared:
-                result = entry if isinstance(entry, IngestResult) else self._write(entry, actor)
+                result = (
+                    self._write(entry, writer, replaces) if isinstance(entry, _Prepared) else entry
+                )
                 if not result.ok:
                     logger.warning("not ingested: %s", result.error)
                 results.append(result)
@@ -152,13 +157,15 @@ class Ingestor:
         for entry in prepared:
             entry.embedded = {h: vectors[h] for h in entry.hashes if h not in entry.known}
 
-    def _write(self, entry: "_Prepared", actor: str | None) -> IngestResult:
+    def _write(
+        self, entry: "_Prepared", writer: AccessFilter | None, replaces: bool
+    ) -> IngestResult:
         vectors = {**entry.known, **entry.embedded}
         chunks = [
             ChunkRecord("", entry.document.doc_id, s.index, s.start, s.end, s.text, h, vectors[h])
             for s, h in zip(entry.spans, entry.hashes, strict=True)
         ]
-        self.store.write_document(entry.document, chunks, actor)
+        self.store.write_document(entry.document, chunks, writer, replaces)
         return IngestResult(
             source=entry.document.source,
             doc_id=entry.document.doc_id,

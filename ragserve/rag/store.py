@@ -30,13 +30,21 @@ class Store(Protocol):
         ...
 
     def write_document(
-        self, document: DocumentRecord, chunks: list[ChunkRecord], actor: str | None = None
+        self,
+        document: DocumentRecord,
+        chunks: list[ChunkRecord],
+        writer: AccessFilter | None = None,
+        replaces: bool = False,
     ) -> None:
         """Store the document as the version after the stored one, with its chunks, replacing
         the previous version's chunks (and its ACL unless document.keep_acl), in one
-        transaction that also appends its audit entry (made by actor, default the owner).
-        Sets document.version, .ingested_at and .num_chunks and each chunk's chunk_id. The
-        caller has checked that the writer may write (see AccessFilter.may)."""
+        transaction that also appends its audit entry (by writer.user, or the owner). Sets
+        document.version, .ingested_at and .num_chunks and each chunk's chunk_id.
+
+        With a writer, the transaction checks that it may write a stored document (manage it
+        when the ACL changes; a document stored meanwhile keeps its owner), and with replaces
+        that the document still exists; else it raises WriteConflict and writes nothing.
+        Without one, the caller answers for the permission (the operator, evaluation)."""
         ...
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:

@@ -25,6 +25,7 @@ from ragserve.rag.documents import (
     DocumentRecord,
     Permission,
     ScoredChunk,
+    WriteConflict,
     namespace_of,
     scoped_doc_id,
 )
@@ -39,6 +40,7 @@ from ragserve.server.responses import (
     Document,
     DocumentList,
     SearchResults,
+    StoredOutOfSight,
     json_body,
 )
 from ragserve.server.state import ServerState
@@ -238,7 +240,7 @@ def document_routes(state: ServerState) -> APIRouter:
         "/v1/documents",
         response_model=None,
         status_code=201,
-        responses={201: {"model": Document}},
+        responses={201: {"model": Document | StoredOutOfSight}} | error_responses(409),
         openapi_extra={"requestBody": UPLOAD_BODY},
     )
     async def add_document(request: Request, who: Principal = Depends(principal)) -> dict:
@@ -260,17 +262,25 @@ def document_routes(state: ServerState) -> APIRouter:
             if acl is not None:
                 _require(access, existing, Permission.MANAGE)
             owner = existing.owner
-        result = await run_in_threadpool(
-            state.rag.ingestor.ingest, item, who.tenant, owner, acl, who.user
-        )
+        # The store repeats the permission check in the write's transaction: embedding takes
+        # long enough for a delete or an ACL change to land meanwhile.
+        replaces = existing is not None
+        try:
+            result = await run_in_threadpool(
+                state.rag.ingestor.ingest, item, who.tenant, owner, acl, access, replaces
+            )
+        except WriteConflict as error:
+            raise APIError(
+                409, f"{error}; nothing was stored", "invalid_request_error", "write_conflict"
+            ) from error
         if not result.ok:
             raise invalid(result.error or "cannot ingest", "unparseable_document")
+        counts = {"embedded_chunks": result.embedded, "reused_chunks": result.reused}
         document = await run_in_threadpool(state.rag.store.get_document, access, result.doc_id)
-        assert document is not None
-        return document_json(document, access) | {
-            "embedded_chunks": result.embedded,
-            "reused_chunks": result.reused,
-        }
+        if document is None:  # stored, then hidden from the caller by a change made since
+            hidden = {"id": result.doc_id, "object": "document", "version": result.version}
+            return hidden | {"permission": None} | counts
+        return document_json(document, access) | counts
 
     @router.get("/v1/documents", response_model=None, responses=json_body(DocumentList))
     async def list_documents(who: Principal = Depends(principal)) -> dict:

@@ -259,6 +259,8 @@ ERROR_STATUSES = {
     401: "No API key, or an invalid or revoked one.",
     403: "The key may not do this (role or document permission).",
     404: "No such model or document (or not one the key may see).",
+    409: "The document was deleted, or the key lost its permission on it, while the upload was "
+    "being processed; nothing was stored.",
     413: "The upload is larger than max_upload_bytes.",
     429: "A per-user limit, or too many invalid keys from this client; Retry-After says when.",
     503: "The queue is full (Retry-After) or the engine stopped.",

@@ -115,6 +115,15 @@ class Document(Body):
     ingested_at: float
 
 
+class StoredOutOfSight(Body):
+    """After an upload that was stored, then hidden from the caller by another's change."""
+
+    id: str
+    object: Literal["document"]
+    version: int
+    permission: None
+
+
 class AclChanged(Body):
     """After an ACL change that leaves the caller without access: only the new ACL."""
 

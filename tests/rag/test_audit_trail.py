@@ -15,11 +15,11 @@ WRITER = AccessFilter("acme", "wes", ("eng",))
 
 def test_each_change_is_recorded_with_who_what_and_version(store_factory):
     store = store_factory()
-    document, chunks = make_document("doc", ["first text"], [axis(0)], acl=Acl.of(groups=["eng"]))
-    store.write_document(document, chunks)
+    acl = Acl.of(groups={"eng": "write"})
+    store.write_document(*make_document("doc", ["first text"], [axis(0)], acl=acl))
     again, chunks = make_document("doc", ["second text", "more"], [axis(1), axis(2)])
     again.keep_acl = True
-    store.write_document(again, chunks, actor="wes")
+    store.write_document(again, chunks, writer=WRITER, replaces=True)
     assert store.set_acl(OWNER, "doc", Acl.of(groups={"eng": "write"}))
     assert store.delete_document(WRITER, "doc")
     store.write_document(*make_document("elsewhere", ["t"], [axis(0)], tenant="globex"))
@@ -32,7 +32,7 @@ def test_each_change_is_recorded_with_who_what_and_version(store_factory):
         (AuditAction.DOCUMENT_WRITE, "owner", "doc", 1),
     ]
     delete, acl_change, rewrite, first = (json.loads(e.detail) for e in log)
-    assert first["acl"] == {"users": {}, "groups": {"eng": "read"}} and first["chunks"] == 1
+    assert first["acl"] == {"users": {}, "groups": {"eng": "write"}} and first["chunks"] == 1
     assert rewrite["acl"] is None, "a re-ingest that keeps the ACL records that it did"
     assert rewrite["chunks"] == 2 and rewrite["owner"] == "owner"
     assert acl_change["previous"] == first["acl"]

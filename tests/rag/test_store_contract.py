@@ -189,3 +189,34 @@ def test_a_store_from_before_permission_levels_opens_with_read_grants(tmp_path):
     assert document.acl == Acl.of(groups=["eng"])
     assert not store.delete_document(ENG, "doc")
     store.close()
+
+
+def test_a_write_rechecks_its_writer_inside_the_transaction(store_factory):
+    """A re-ingest is checked before its embedding and written after it; a delete or an ACL
+    change landing in between must win, not be undone by the write."""
+    from ragserve.rag.documents import WriteConflict
+
+    store = store_factory()
+    writer = AccessFilter("acme", "wes", ("eng",))
+    acl = Acl.of(groups={"eng": "write"})
+    store.write_document(*make_document("gone", ["first"], [axis(0)], acl=acl))
+    store.write_document(*make_document("revoked", ["first"], [axis(0)], acl=acl))
+    assert store.delete_document(OWNER, "gone")
+    assert store.set_acl(OWNER, "revoked", Acl.of(groups=["eng"]))  # read only now
+    entries = len(store.audit_log("acme"))
+    for doc_id in ("gone", "revoked"):
+        document, chunks = make_document(doc_id, ["second"], [axis(1)])
+        document.keep_acl = True
+        with pytest.raises(WriteConflict):
+            store.write_document(document, chunks, writer=writer, replaces=True)
+    assert store.get_document(OWNER, "gone") is None, "the delete stands"
+    assert [c.text for c in store.keyword_search(OWNER, "first second", 5)] == ["first"]
+    assert len(store.audit_log("acme")) == entries, "nothing written, nothing recorded"
+
+    # Created by someone else meanwhile: the write becomes a re-ingest that keeps the owner.
+    store.write_document(*make_document("raced", ["theirs"], [axis(2)], acl=acl))
+    document, chunks = make_document("raced", ["mine"], [axis(3)], owner="wes")
+    document.keep_acl = True
+    store.write_document(document, chunks, writer=writer)
+    stored = store.get_document(OWNER, "raced")
+    assert (stored.owner, stored.version, stored.acl) == ("owner", 2, acl)

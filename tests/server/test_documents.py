@@ -337,3 +337,40 @@ def test_the_audit_trail_is_for_the_tenants_administrators(server, keys):
         refused = call(server, "GET", "/v1/audit", keys[role])
         assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
     assert call(server, "GET", "/v1/audit", admin, params={"limit": 0}).status_code == 400
+
+
+def test_a_delete_during_a_reingest_wins(server, keys, monkeypatch):
+    """The upload is checked, embedded (slow), then written; a delete in between must stand
+    and the upload get a 409, not resurrect the document or fail with a 500."""
+    import threading
+
+    body = {"text": "Version one of the race.", "source": "race.txt", "acl": {"groups": ["eng"]}}
+    first = call(server, "POST", "/v1/documents", keys["writer"], json=body)
+    assert first.status_code == 201, first.text
+    embedding, deleted = threading.Event(), threading.Event()
+    embed = server.state.rag.ingestor._embed_missing
+
+    def slow_embed(prepared):
+        embedding.set()
+        deleted.wait(30)
+        return embed(prepared)
+
+    monkeypatch.setattr(server.state.rag.ingestor, "_embed_missing", slow_embed)
+    replies = []
+    upload = threading.Thread(
+        target=lambda: replies.append(
+            call(server, "POST", "/v1/documents", keys["writer"], json=body | {"text": "Two."})
+        )
+    )
+    upload.start()
+    assert embedding.wait(30)
+    monkeypatch.undo()
+    assert call(server, "DELETE", f"/v1/documents/{first.json()['id']}", keys["writer"]).is_success
+    deleted.set()
+    upload.join(60)
+    assert replies[0].status_code == 409, replies[0].text
+    assert replies[0].json()["error"]["code"] == "write_conflict"
+    assert (
+        call(server, "GET", f"/v1/documents/{first.json()['id']}", keys["writer"]).status_code
+        == 404
+    )

@@ -7,7 +7,14 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
 from ragserve.audit import AuditAction, AuditEntry
-from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, Permission
+from ragserve.rag.documents import (
+    AccessFilter,
+    Acl,
+    ChunkRecord,
+    DocumentRecord,
+    Permission,
+    WriteConflict,
+)
 
 
 class SqlStore(ABC):
@@ -62,10 +69,16 @@ class SqlStore(ABC):
             return self._stored_version(tenant, doc_id, for_update=False)
 
     def write_document(
-        self, document: DocumentRecord, chunks: list[ChunkRecord], actor: str | None = None
+        self,
+        document: DocumentRecord,
+        chunks: list[ChunkRecord],
+        writer: AccessFilter | None = None,
+        replaces: bool = False,
     ) -> None:
         with self._transaction(write=True):
             old_version = self._stored_version(document.tenant, document.doc_id, for_update=True)
+            if writer is not None:
+                self._check_writer(writer, document, old_version, replaces)
             document.next_version(old_version, chunks)
             self._insert_chunks(document, chunks)
             if old_version:
@@ -77,7 +90,7 @@ class SqlStore(ABC):
             self._append_audit(
                 AuditEntry.of(
                     document.tenant,
-                    actor or document.owner,
+                    writer.user if writer else document.owner,
                     AuditAction.DOCUMENT_WRITE,
                     document.doc_id,
                     document.ingested_at,
@@ -146,6 +159,25 @@ class SqlStore(ABC):
     def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
         with self._transaction():
             return self._documents(access, None)
+
+    def _check_writer(
+        self, writer: AccessFilter, document: DocumentRecord, old_version: int, replaces: bool
+    ) -> None:
+        """Repeat the writer's permission check inside the write's transaction, where it cannot
+        go stale: embedding a document takes long enough for a delete or an ACL change to land
+        between the caller's check and the write."""
+        if not old_version:
+            if replaces:
+                raise WriteConflict(f"document {document.doc_id!r} was deleted meanwhile")
+            return
+        needed = Permission.WRITE if document.keep_acl else Permission.MANAGE
+        stored = self._permitted(writer, document.doc_id, needed)
+        if stored is None:
+            raise WriteConflict(
+                f"{writer.user!r} lost the {needed.label!r} permission on document "
+                f"{document.doc_id!r} meanwhile"
+            )
+        document.owner = stored.owner  # created meanwhile by another writer: now a re-ingest
 
     def _permitted(
         self, access: AccessFilter, doc_id: str, needed: Permission
