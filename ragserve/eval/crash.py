@@ -202,13 +202,17 @@ class CrashCheck:
         return count
 
 
-def run_child(folder: Path, settings: Settings, kill: Kill | None) -> tuple[list[dict], bool]:
-    """Run `ragserve ingest --jsonl` and kill it as planned (None: let it finish). Returns the
-    documents it reported stored, and whether it was killed."""
-    command = [sys.executable, "-m", "ragserve", "ingest", str(folder), "--jsonl"]
+def run_child(
+    files: list[Path], settings: Settings, kill: Kill | None, log: Path
+) -> tuple[list[dict], bool]:
+    """Run `ragserve ingest --jsonl` on the files and kill it as planned (None: let it finish),
+    its messages appended to log. Returns the documents it reported stored, and whether it
+    was killed."""
+    command = [sys.executable, "-m", "ragserve", "ingest", *map(str, files), "--jsonl"]
     command += ["--tenant", TENANT, "--owner", OWNER, "--group", GROUP]
     command += ["--data-dir", str(settings.data_dir), "--store", settings.store_url]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    with log.open("a") as messages:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=messages, text=True)
     assert child.stdout is not None
     reported: list[dict] = []
     reached = threading.Event()
@@ -256,19 +260,23 @@ def run(
         documents=documents,
         chunks=sum(check.expected_chunks.values()),
     )
+    files = sorted(Path(source) for source in searches)
     attempts = 0
     while report.kills < kills and attempts < 3 * kills:
         attempts += 1
+        # Each round takes a longer head of the corpus: it re-ingests what earlier rounds
+        # stored and adds new documents, so the last run still has some never stored.
+        head = files[: max(2, documents * min(attempts, kills) // (kills + 1))]
         if attempts % 2:
             kill = Kill(1, round(rng.uniform(0, max_delay_s), 3))
         else:
-            kill = Kill(rng.randrange(1, documents), round(rng.uniform(0, 0.05), 3))
-        reported, killed = run_child(work / "corpus", settings, kill)
+            kill = Kill(rng.randrange(1, len(head)), round(rng.uniform(0, 0.05), 3))
+        reported, killed = run_child(head, settings, kill, work / "ingest.log")
         problems = check.problems(reported)
         report.rounds.append(Round(attempts, kill, killed, len(reported), problems))
         progress(f"kill {report.kills}/{kills}: {len(reported)} stored, {len(problems)} problems")
     before_final = {d.doc_id for d in index.store.list_documents(check.access)}
-    final, _ = run_child(work / "corpus", settings, None)
+    final, _ = run_child(files, settings, None, work / "ingest.log")
     report.final_embedded = sum(r["embedded"] for r in final)
     report.expected_embedded = sum(
         n for doc_id, n in check.expected_chunks.items() if doc_id not in before_final
