@@ -5,6 +5,7 @@ Each kernel and its PyTorch path are checked against plain references in
 tests/engine/test_kernels.py and tests/engine/test_attention.py.
 """
 
+import fcntl
 import functools
 import logging
 from pathlib import Path
@@ -31,17 +32,23 @@ def extension() -> ModuleType | None:
     build_dir = cache_dir() / "torch_extensions" / torch.__version__
     build_dir.mkdir(parents=True, exist_ok=True)
     csrc = Path(__file__).parent / "csrc"
-    try:
-        return load(
-            name="ragserve_kernels",
-            sources=[str(csrc / name) for name in SOURCES],
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-        )
-    except Exception as error:  # a missing compiler must not stop the engine
-        logger.warning("C++ kernels unavailable, using the PyTorch paths: %s", error)
-        return None
+    # torch marks a build in progress with a plain file that a killed build leaves behind, and
+    # every later start would wait on it forever. An flock dies with its process: whoever holds
+    # it is the only builder, so a marker found then is stale.
+    with (build_dir / "build.flock").open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        (build_dir / "lock").unlink(missing_ok=True)
+        try:
+            return load(
+                name="ragserve_kernels",
+                sources=[str(csrc / name) for name in SOURCES],
+                extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(build_dir),
+            )
+        except Exception as error:  # a missing compiler must not stop the engine
+            logger.warning("C++ kernels unavailable, using the PyTorch paths: %s", error)
+            return None
 
 
 def linear(

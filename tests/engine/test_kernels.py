@@ -126,3 +126,23 @@ def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
     if path == "kernel":
         with pytest.raises(RuntimeError, match="slot out of range"):
             kernels.write_kv(k_cache, v_cache, k, v, torch.tensor([6, 0, 0]), slot_offsets)
+
+
+def test_a_build_killed_midway_does_not_block_later_starts(tmp_path, monkeypatch):
+    """torch marks a build in progress with a `lock` file that a killed build leaves behind;
+    later starts must not wait on it forever."""
+    import torch.utils.cpp_extension
+
+    monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
+    build_dir = tmp_path / "torch_extensions" / torch.__version__
+    build_dir.mkdir(parents=True)
+    (build_dir / "lock").touch()
+    seen = []
+
+    def load(**kwargs):
+        seen.append((build_dir / "lock").exists())
+        return "built"
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    assert kernels.extension.__wrapped__() == "built"
+    assert seen == [False], "the stale marker was removed before the build"
