@@ -17,7 +17,7 @@ import numpy as np
 from ragserve.rag.chunking import Chunker, ChunkSpan
 from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, content_hash
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.parsers import ParsedDocument, ParseError, parse_bytes
+from ragserve.rag.parsers import ParsedDocument, ParseError, parse_bytes, unstorable
 from ragserve.rag.store import Store
 
 logger = logging.getLogger(__name__)
@@ -125,10 +125,19 @@ class Ingestor:
     ) -> "_Prepared | IngestResult":
         if item.error is not None:
             return IngestResult(item.source, error=item.error)
+        # A file name that is not UTF-8 reaches here with surrogates (Python's surrogateescape);
+        # the message quotes it with ascii() so that it can itself be printed and sent.
+        if problem := unstorable(item.source):
+            return IngestResult(item.source, error=f"{item.source!a}: the name has {problem}")
         try:
             parsed = item.parsed or parse_bytes(item.data or b"", item.source, item.kind)
         except ParseError as error:
             return IngestResult(item.source, error=str(error))
+        # Text handed in parsed (JSON over HTTP) has not been through the parsers' checks.
+        unchecked = (("text", parsed.text), ("title", parsed.title)) if item.parsed else ()
+        for what, value in unchecked:
+            if problem := unstorable(value):
+                return IngestResult(item.source, error=f"{item.source}: the {what} has {problem}")
         doc_id = item.doc_id or default_doc_id(tenant, owner, item.source)
         spans = self.chunker.split(parsed)
         document = DocumentRecord(

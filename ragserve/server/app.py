@@ -7,6 +7,7 @@ status.
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.engine import LLMEngine
@@ -21,6 +23,7 @@ from ragserve.rag.embeddings import Embedder
 from ragserve.server.answers import answer_routes
 from ragserve.server.audit import audit_routes
 from ragserve.server.auth import KeyStore
+from ragserve.server.bodies import JsonBodyGuard
 from ragserve.server.completions import completion_routes
 from ragserve.server.documents import document_routes
 from ragserve.server.embeddings import embedding_routes
@@ -72,6 +75,10 @@ def build_app(
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
+    app.add_middleware(
+        JsonBodyGuard,
+        on_refusal=lambda: state.metrics.requests_rejected.labels(reason=Rejection.INVALID).inc(),
+    )
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError) -> JSONResponse:
@@ -96,6 +103,25 @@ def build_app(
         state.metrics.requests_rejected.labels(reason=Rejection.INVALID).inc()
         return JSONResponse(
             error_body(message, "invalid_request_error", "invalid_request", problems[0][0]), 400
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        # Starlette's own refusals (no such route, wrong method, a body FastAPI cannot read),
+        # in the API's error shape rather than {"detail": ...}.
+        code = HTTPStatus(error.status_code).phrase.lower().replace(" ", "_")
+        kind = "server_error" if error.status_code >= 500 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        return JSONResponse(
+            error_body(message, kind, code), error.status_code, headers=error.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception) -> JSONResponse:
+        # A bug: the client gets the error shape without internals; Starlette still re-raises
+        # the exception after this response, so the server logs its traceback.
+        return JSONResponse(
+            error_body("internal server error", "server_error", "internal_error"), 500
         )
 
     for router in (

@@ -31,6 +31,7 @@ from ragserve.rag.documents import (
 )
 from ragserve.rag.ingest import SourceDocument, default_doc_id
 from ragserve.rag.parsers import parse_text
+from ragserve.server.bodies import check_json_body
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, Rejection, invalid
 from ragserve.server.protocol import error_responses
@@ -199,11 +200,11 @@ def document_routes(state: ServerState) -> APIRouter:
             raise too_large()
         try:
             acl_field = form.get("acl")
-            acl = (
-                AclBody.model_validate(json.loads(str(acl_field))).to_acl()
-                if acl_field is not None
-                else None
-            )
+            acl = None
+            if acl_field is not None:
+                # A form field skips the JSON body guard: the same checks, here.
+                check_json_body(str(acl_field).encode())
+                acl = AclBody.model_validate(json.loads(str(acl_field))).to_acl()
             doc_id = form.get("doc_id")
             if doc_id is not None:
                 DocumentText(text="-", doc_id=str(doc_id))  # validates the pattern

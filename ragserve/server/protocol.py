@@ -23,8 +23,10 @@ class Lenient(BaseModel):
 
 def unknown_fields(body: BaseModel, prefix: str = "") -> list[str]:
     """Dotted names of the fields the body carried but does not define, nested ones included
-    (a field of list items is named once: messages.name)."""
-    found = [prefix + name for name in body.model_extra or {}]
+    (a field of list items is named once: messages.name). A name can be any JSON string, and
+    the names go into a response header (latin-1, one line): each is escaped to printable ASCII
+    as ascii() escapes it."""
+    found = [prefix + ascii(name)[1:-1] for name in body.model_extra or {}]
     for name in type(body).model_fields:
         value = getattr(body, name)
         for item in value if isinstance(value, list) else [value]:
