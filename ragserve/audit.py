@@ -36,7 +36,7 @@ class AuditEntry:
     action: AuditAction
     target: str  # a document id, or a key id
     version: int | None = None  # the document's version after a write, before a delete
-    detail: str = "{}"  # JSON: what changed (source and chunk count, new ACL, key's user...)
+    detail: str = "{}"  # JSON: what changed (source and chunks, ACLs, the key's user and role)
 
     @classmethod
     def of(
