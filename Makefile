@@ -21,7 +21,7 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check ragserve tests
 	$(VENV)/bin/ruff format --check ragserve tests
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 bench: install
 	$(VENV)/bin/ragserve bench offline

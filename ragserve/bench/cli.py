@@ -9,24 +9,33 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from ragserve.bench.load_options import (
+    CancelShareOption,
+    DatasetOption,
+    InputLenOption,
     KeyOption,
+    MaxPromptOption,
+    MaxTotalOption,
+    ModelOption,
+    OutputLenOption,
+    PrefixGroupsOption,
+    PrefixLenOption,
     RateOption,
     SloOption,
     SweepOption,
+    TokenizerOption,
     UrlOption,
     caller,
+    completion_jobs,
+    dataset_of,
     load_plan,
     run_plan,
+    show_report,
+    token_range,
     write_load_report,
 )
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print figures and reports).")
-
-
-def _range(text: str) -> tuple[int, int]:
-    low, _, high = text.partition("-")
-    return int(low), int(high or low)
 
 
 @bench_app.command("offline")
@@ -71,8 +80,8 @@ def offline(
     report = run(
         config,
         num_requests,
-        _range(input_len),
-        _range(output_len),
+        token_range(input_len),
+        token_range(output_len),
         hf_batch1_requests,
         hf_static_batch,
         seed,
@@ -124,100 +133,123 @@ def ingest(
 def serve(
     url: UrlOption,
     api_key: KeyOption = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model id (default: the server's first).")
-    ] = None,
-    dataset_name: Annotated[
-        str, typer.Option(help="random, sharegpt or shared-prefix.")
-    ] = "random",
+    model: ModelOption = None,
+    dataset_name: DatasetOption = "random",
     num_requests: int = 200,
-    input_len: Annotated[
-        str, typer.Option(help="Prompt tokens, LOW-HIGH (random, suffix of shared-prefix).")
-    ] = "128-512",
-    output_len: Annotated[
-        str, typer.Option(help="Output tokens, LOW-HIGH (not sharegpt).")
-    ] = "32-256",
-    prefix_len: Annotated[int, typer.Option(help="shared-prefix: tokens of each prefix.")] = 512,
-    prefix_groups: Annotated[int, typer.Option(help="shared-prefix: distinct prefixes.")] = 4,
-    max_prompt: Annotated[int, typer.Option(help="sharegpt: longest prompt kept.")] = 1024,
-    max_total: Annotated[int, typer.Option(help="sharegpt: longest prompt + output kept.")] = 2048,
+    input_len: InputLenOption = "128-512",
+    output_len: OutputLenOption = "32-256",
+    prefix_len: PrefixLenOption = 512,
+    prefix_groups: PrefixGroupsOption = 4,
+    max_prompt: MaxPromptOption = 1024,
+    max_total: MaxTotalOption = 2048,
     request_rate: RateOption = float("inf"),
     burstiness: Annotated[float, typer.Option(help="Gamma shape of the gaps; 1 is Poisson.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
-    cancel_share: Annotated[
-        float, typer.Option(help="Share of clients that cancel mid-stream.")
-    ] = 0.0,
+    cancel_share: CancelShareOption = 0.0,
     slo: SloOption = None,
     sweep_rates: SweepOption = None,
-    tokenizer: Annotated[
-        str, typer.Option(help="Tokenizer for prompt lengths: a model name or folder.")
-    ] = DEFAULT_MODEL,
+    tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
     out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
     name: Annotated[str, typer.Option(help="Report file name.")] = "serve",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Load an OpenAI-compatible server's /v1/completions with realistic lengths and arrivals."""
-    import random
-
-    import httpx
-    from transformers import AutoTokenizer
-
-    from ragserve.bench import workload
-    from ragserve.bench.client import completion
-    from ragserve.engine.loader import resolve_model
-
     plan = load_plan(
         (request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates
     )
-    if dataset_name not in ("random", "sharegpt", "shared-prefix"):
-        raise typer.BadParameter(f"unknown --dataset-name {dataset_name!r}")
+    dataset = dataset_of(
+        dataset_name, input_len, output_len, prefix_len, prefix_groups, max_prompt, max_total
+    )
     keys = api_key or [""]
-    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
-    text = workload.RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
-    if model is None:
-        headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
-        listed = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
-        model = listed["data"][0]["id"]
-
-    def make_jobs(run_seed: int):
-        text.rng.seed(run_seed)
-        if dataset_name == "random":
-            specs = workload.random_requests(
-                text, num_requests, _range(input_len), _range(output_len)
-            )
-        elif dataset_name == "shared-prefix":
-            specs = workload.shared_prefix_requests(
-                text, num_requests, prefix_groups, prefix_len, _range(input_len), _range(output_len)
-            )
-        else:
-            specs = workload.sharegpt_requests(text, num_requests, max_prompt, max_total)
-
-        def job(spec, n):
-            key, user = caller(keys, n)
-            return lambda client, cancel_after: completion(
-                client, model, spec.prompt, spec.output_tokens, key, user, cancel_after
-            )
-
-        return [(job(spec, n), spec.output_tokens) for n, spec in enumerate(specs)]
-
-    runs = run_plan(url, make_jobs, plan)
+    make_jobs, model = completion_jobs(url, keys, model, dataset, tokenizer, seed)
+    runs = run_plan(url, lambda run_seed: make_jobs(run_seed, num_requests), plan)
     workload_text = (
-        f"{dataset_name}, {num_requests} requests, "
-        + (
-            f"input {input_len} tokens, output {output_len}"
-            if dataset_name != "sharegpt"
-            else f"ShareGPT lengths (prompt ≤ {max_prompt}, total ≤ {max_total})"
-        )
-        + (
-            f", prefix {prefix_len} tokens in {prefix_groups} groups"
-            if dataset_name == "shared-prefix"
-            else ""
-        )
-        + f", burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}"
+        f"{dataset_name}, {num_requests} requests, {dataset.describe()}, "
+        f"burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}"
     )
     meta = {"url": url, "model": model, "workload": workload_text, "seed": seed}
     write_load_report("Serving benchmark", meta, runs, out, name, as_json)
+
+
+@bench_app.command("soak")
+def soak(
+    url: UrlOption,
+    api_key: KeyOption = None,
+    model: ModelOption = None,
+    duration: Annotated[float, typer.Option(help="Seconds of load.")] = 900.0,
+    warmup: Annotated[
+        float | None,
+        typer.Option(help="Seconds of load before memory counts (default: a fifth of it)."),
+    ] = None,
+    capacity: Annotated[
+        float | None,
+        typer.Option(help="The request rate the server sustains (default: measured first)."),
+    ] = None,
+    overload: Annotated[float, typer.Option(help="Offered rate over the capacity.")] = 1.5,
+    cancel_share: CancelShareOption = 0.2,
+    capacity_concurrency: Annotated[
+        int, typer.Option(help="Requests kept in flight while measuring the capacity.")
+    ] = 32,
+    capacity_requests: Annotated[
+        int, typer.Option(help="Requests of the capacity run (more than its concurrency).")
+    ] = 64,
+    drain_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the queue may take to drain after the load (default: twice what "
+            "the capacity needs for the requests then in flight, + 10)."
+        ),
+    ] = None,
+    sample_every: Annotated[
+        float, typer.Option(help="Seconds between reads of the server's /metrics.")
+    ] = 2.0,
+    dataset_name: DatasetOption = "sharegpt",
+    input_len: InputLenOption = "128-512",
+    output_len: OutputLenOption = "32-256",
+    prefix_len: PrefixLenOption = 512,
+    prefix_groups: PrefixGroupsOption = 4,
+    max_prompt: MaxPromptOption = 1024,
+    max_total: MaxTotalOption = 2048,
+    tokenizer: TokenizerOption = DEFAULT_MODEL,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
+    name: Annotated[str, typer.Option(help="Report file name.")] = "soak",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Hold a server at 1.5x its capacity with cancelling clients, then check it: no 5xx, fast
+    refusals with Retry-After, flat memory, a drained queue and an empty KV cache (exit 1 if
+    not). See ragserve/bench/soak.py."""
+    from ragserve.bench import soak as soak_bench
+
+    try:
+        settings = soak_bench.SoakSettings(
+            duration,
+            duration / 5 if warmup is None else warmup,
+            overload,
+            cancel_share,
+            capacity,
+            capacity_concurrency,
+            capacity_requests,
+            drain_limit,
+            sample_every,
+            seed,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    dataset = dataset_of(
+        dataset_name, input_len, output_len, prefix_len, prefix_groups, max_prompt, max_total
+    )
+    keys = api_key or [""]
+    make_jobs, model = completion_jobs(url, keys, model, dataset, tokenizer, seed)
+    workload = (
+        f"{dataset_name}, {dataset.describe()}, Poisson arrivals, {len(keys)} keys round-robin, "
+        f"cancel share {cancel_share}"
+    )
+    report, paths = soak_bench.run(url, model, make_jobs, workload, settings, out, name)
+    show_report(report, soak_bench.to_markdown(report), paths, as_json)
+    if not report["passed"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("rag")

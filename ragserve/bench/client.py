@@ -27,6 +27,8 @@ class RequestResult:
     # What the server reports of its own work (RAG: retrieval, rerank, check, total in ms).
     server_timings: dict[str, float] = field(default_factory=dict)
     refused: bool | None = None
+    # The Retry-After header of a refusal (None when absent): when a client may try again.
+    retry_after: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,6 +56,7 @@ async def _send(
             if response.status_code != 200:
                 await response.aread()
                 result.error = response.text[:200]
+                result.retry_after = response.headers.get("retry-after")
                 return result
             async for event in _events(response):
                 carried_text = _record(event, result)

@@ -1,6 +1,6 @@
-"""Sends a workload at its arrival times, with optional concurrency cap and cancellations,
-while sampling the server's own gauges (KV usage, running and waiting requests) when it
-exposes Prometheus metrics (ragserve and vLLM do)."""
+"""Sends a workload at its arrival times, with optional concurrency cap, cancellations and a time
+limit, while sampling the server's own gauges (KV usage, running and waiting requests, resident
+memory) when it exposes Prometheus metrics (ragserve and vLLM do)."""
 
 import asyncio
 import random
@@ -21,6 +21,7 @@ GAUGES = {
     "kv_cache_usage": ("ragserve:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"),
     "running": ("ragserve:num_requests_running", "vllm:num_requests_running"),
     "waiting": ("ragserve:num_requests_waiting", "vllm:num_requests_waiting"),
+    "rss_bytes": ("process_resident_memory_bytes",),
 }
 
 
@@ -31,6 +32,9 @@ class LoadSettings:
     max_concurrency: int | None = None
     cancel_share: float = 0.0
     seed: int = 0
+    # Seconds after which no more jobs are sent (those in flight finish); None: send them all.
+    duration_s: float | None = None
+    sample_every_s: float = SAMPLE_EVERY_S
 
 
 class ServerProbe:
@@ -64,12 +68,25 @@ class ServerProbe:
     async def wait_idle(self, timeout_s: float = 60.0) -> dict[str, float]:
         """Wait until nothing runs or waits; the gauges then (or at the timeout). A server
         without these gauges (NaN) counts as idle."""
-        deadline = time.monotonic() + timeout_s
+        gauges, _ = await self.wait_for(nothing_queued, timeout_s)
+        return gauges
+
+    async def wait_for(
+        self, condition: Callable[[dict[str, float]], bool], timeout_s: float
+    ) -> tuple[dict[str, float], float]:
+        """Poll the gauges until condition holds or timeout_s passes; the last gauges read and
+        the seconds waited."""
+        started = time.monotonic()
         gauges = await self.gauges()
-        while time.monotonic() < deadline and (gauges["running"] > 0 or gauges["waiting"] > 0):
+        while time.monotonic() - started < timeout_s and not condition(gauges):
             await asyncio.sleep(SAMPLE_EVERY_S)
             gauges = await self.gauges()
-        return gauges
+        return gauges, time.monotonic() - started
+
+
+def nothing_queued(gauges: dict[str, float]) -> bool:
+    """No request runs or waits (NaN, a gauge the server lacks, compares as not above 0)."""
+    return not (gauges["running"] > 0 or gauges["waiting"] > 0)
 
 
 def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -87,8 +104,9 @@ async def run_load(
     settings: LoadSettings,
     probe: ServerProbe | None = None,
 ) -> tuple[list[RequestResult], float, list[dict[str, float]]]:
-    """Run jobs (each with its expected output chunks) at the arrival times; returns the
-    results in submission order, the wall time, and the gauge timeline."""
+    """Run jobs (each with its expected output chunks) at the arrival times, until they run out
+    or settings.duration_s has passed; returns the results of the jobs sent, in submission
+    order, the wall time until the last of them ended, and the gauge timeline."""
     from ragserve.bench.workload import arrival_gaps
 
     rng = random.Random(settings.seed)
@@ -101,7 +119,7 @@ async def run_load(
     async def sample() -> None:
         while sampling and probe is not None:
             timeline.append({"t": time.perf_counter() - started, **await probe.gauges()})
-            await asyncio.sleep(SAMPLE_EVERY_S)
+            await asyncio.sleep(settings.sample_every_s)
 
     async def one(job: Job, cancel_after: int | None) -> RequestResult:
         async with limit:
@@ -111,6 +129,8 @@ async def run_load(
     tasks = []
     for gap, (job, expected_chunks) in zip(gaps, jobs, strict=True):
         await asyncio.sleep(gap)
+        if settings.duration_s is not None and time.perf_counter() - started > settings.duration_s:
+            break
         cancel = rng.random() < settings.cancel_share
         cancel_after = rng.randint(1, max(1, expected_chunks - 1)) if cancel else None
         tasks.append(asyncio.create_task(one(job, cancel_after)))

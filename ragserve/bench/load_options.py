@@ -1,12 +1,20 @@
-"""What the load-driving bench commands (serve, rag) share: their options, the checked load
-plan, the run over the planned rates, and the report."""
+"""What the load-driving bench commands (serve, rag, soak) share: their options, the checked load
+plan, the completion jobs of a dataset, the run over the planned rates, and the report."""
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
+
+if TYPE_CHECKING:
+    from ragserve.bench.load import Job
+    from ragserve.bench.workload import Dataset
+
+# Jobs for a run: given the run's seed and how many requests.
+JobMaker = Callable[[int, int], list[tuple["Job", int]]]
 
 UrlOption = Annotated[str, typer.Option(help="The server's root, e.g. http://127.0.0.1:8000.")]
 KeyOption = Annotated[
@@ -24,6 +32,81 @@ SweepOption = Annotated[
 SloOption = Annotated[
     list[str] | None, typer.Option("--slo", help="ttft:MS, tpot:MS or e2e:MS; repeatable.")
 ]
+CancelShareOption = Annotated[float, typer.Option(help="Share of clients that cancel mid-stream.")]
+ModelOption = Annotated[str | None, typer.Option(help="Model id (default: the server's first).")]
+DatasetOption = Annotated[str, typer.Option(help="random, sharegpt or shared-prefix.")]
+InputLenOption = Annotated[
+    str, typer.Option(help="Prompt tokens, LOW-HIGH (random, suffix of shared-prefix).")
+]
+OutputLenOption = Annotated[str, typer.Option(help="Output tokens, LOW-HIGH (not sharegpt).")]
+PrefixLenOption = Annotated[int, typer.Option(help="shared-prefix: tokens of each prefix.")]
+PrefixGroupsOption = Annotated[int, typer.Option(help="shared-prefix: distinct prefixes.")]
+MaxPromptOption = Annotated[int, typer.Option(help="sharegpt: longest prompt kept.")]
+MaxTotalOption = Annotated[int, typer.Option(help="sharegpt: longest prompt + output kept.")]
+TokenizerOption = Annotated[
+    str, typer.Option(help="Tokenizer for prompt lengths: a model name or folder.")
+]
+
+
+def token_range(text: str) -> tuple[int, int]:
+    """LOW-HIGH (or one number) as a pair."""
+    low, _, high = text.partition("-")
+    return int(low), int(high or low)
+
+
+def dataset_of(
+    name: str,
+    input_len: str,
+    output_len: str,
+    prefix_len: int,
+    prefix_groups: int,
+    max_prompt: int,
+    max_total: int,
+) -> "Dataset":
+    """The dataset options, checked before any request goes out."""
+    from ragserve.bench.workload import Dataset
+
+    lengths = token_range(input_len), token_range(output_len)
+    try:
+        return Dataset(name, *lengths, prefix_len, prefix_groups, max_prompt, max_total)
+    except ValueError as error:
+        raise typer.BadParameter(f"unknown --dataset-name {name!r}") from error
+
+
+def completion_jobs(
+    url: str, keys: list[str], model: str | None, dataset: "Dataset", tokenizer: str, seed: int
+) -> tuple[JobMaker, str]:
+    """Streamed /v1/completions jobs of the dataset, round-robin over the keys, and the model
+    they ask for (the server's first when model is None)."""
+    import random
+
+    import httpx
+    from transformers import AutoTokenizer
+
+    from ragserve.bench.client import completion
+    from ragserve.bench.workload import RandomText, RequestSpec
+    from ragserve.engine.loader import resolve_model
+
+    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
+    text = RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
+    if model is None:
+        headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
+        listed = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
+        model = str(listed["data"][0]["id"])
+    served = model
+
+    def job(spec: RequestSpec, n: int) -> "Job":
+        key, user = caller(keys, n)
+        return lambda client, cancel_after: completion(
+            client, served, spec.prompt, spec.output_tokens, key, user, cancel_after
+        )
+
+    def make_jobs(run_seed: int, count: int) -> list[tuple["Job", int]]:
+        text.rng.seed(run_seed)
+        specs = dataset.requests(text, count)
+        return [(job(spec, n), spec.output_tokens) for n, spec in enumerate(specs)]
+
+    return make_jobs, served
 
 
 def _load_settings(
@@ -83,12 +166,19 @@ def write_load_report(
     kind: str, meta: dict, runs: list, out: Path, name: str, as_json: bool
 ) -> None:
     from ragserve.bench.serve import to_markdown, write
-    from ragserve.reports import run_metadata, to_json
+    from ragserve.reports import run_metadata
 
     report = {"meta": run_metadata(title=kind, **meta), "runs": runs}
-    paths = write(report, out, name)
+    show_report(report, to_markdown(report), write(report, out, name), as_json)
+
+
+def show_report(report: dict, markdown: str, paths: list[Path], as_json: bool) -> None:
+    """Print the report (JSON, or its Markdown without the closing Run section) and where it
+    was written."""
+    from ragserve.reports import to_json
+
     if as_json:
         print(to_json(report))
     else:
-        Console().print(Markdown(to_markdown(report).split("\n## Run")[0]))
+        Console().print(Markdown(markdown.split("\n## Run")[0]))
         Console(stderr=True).print("reports: " + ", ".join(str(p) for p in paths))

@@ -3,7 +3,7 @@ rates up to overload, reported as JSON, Markdown and PNG plots."""
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,14 +17,30 @@ from ragserve.reports import markdown_table, run_section, summary, write_report
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
+# After a run: wait for the server to settle and return what it then reports.
+Settle = Callable[[ServerProbe], Awaitable[dict[str, float]]]
+
+
 async def measure(
     client: httpx.AsyncClient, jobs: list[tuple[Job, int]], settings: LoadSettings, slo: Slo
 ) -> dict:
     """One run: the client-side summary, and what the server's metrics say happened."""
+    run, _ = await measured_run(client, jobs, settings, slo)
+    return run
+
+
+async def measured_run(
+    client: httpx.AsyncClient,
+    jobs: list[tuple[Job, int]],
+    settings: LoadSettings,
+    slo: Slo,
+    settle: Settle = ServerProbe.wait_idle,
+) -> tuple[dict, list[RequestResult]]:
+    """measure(), with the per-request results kept and the wait after the run chosen."""
     probe = ServerProbe(client)
     before = await probe.read()
     results, duration, timeline = await run_load(client, jobs, settings, probe)
-    idle = await probe.wait_idle()
+    idle = await settle(probe)
     after = await probe.read()
     run = {
         "rate": settings.rate if math.isfinite(settings.rate) else "inf",
@@ -39,7 +55,7 @@ async def measure(
         run["rag_split_ms"] = server_time_split(results)
         answered = [r for r in results if r.ok and r.refused is not None]
         run["refused_share"] = sum(bool(r.refused) for r in answered) / max(1, len(answered))
-    return run
+    return run, results
 
 
 def per_user(results: list[RequestResult]) -> dict[str, dict]:
@@ -66,18 +82,26 @@ async def sweep(
     """One run per rate, the server idle between. Each run draws its own prompts (seed + run
     number): a repeated prompt would be served from the prefix cache and flatter later runs."""
     runs = []
-    async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=_limits()) as client:
+    async with load_client(url) as client:
         for n, rate in enumerate(rates):
             run_settings = replace(settings, rate=rate, seed=settings.seed + n)
             runs.append(await measure(client, make_jobs(run_settings.seed), run_settings, slo))
     return runs
 
 
-def _limits() -> httpx.Limits:
-    return httpx.Limits(max_connections=None, max_keepalive_connections=64)
+def load_client(url: str) -> httpx.AsyncClient:
+    """A client for a load run: no cap on connections (the workload sets the concurrency)."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    return httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits)
 
 
 def to_markdown(report: dict) -> str:
+    lines = [f"# {report['meta']['title']}", "", runs_markdown(report), run_section(report["meta"])]
+    return "\n".join(lines)
+
+
+def runs_markdown(report: dict) -> str:
+    """The workload, a table of the runs, and what the server's counters say of each."""
     rows = []
     for run in report["runs"]:
         s = run["summary"]
@@ -114,8 +138,6 @@ def to_markdown(report: dict) -> str:
         "E2E p99 ms",
     ]
     lines = [
-        f"# {report['meta']['title']}",
-        "",
         f"Workload: {report['meta']['workload']}. SLOs: {report['runs'][0]['summary']['slo']}.",
         "",
         markdown_table(headers, rows),
@@ -144,7 +166,6 @@ def to_markdown(report: dict) -> str:
         rejected = run["summary"]["rejected"]
         if rejected:
             lines.append(f"Rejections by status: {rejected}.\n")
-    lines.append(run_section(report["meta"]))
     return "\n".join(lines)
 
 

@@ -126,6 +126,44 @@ def sharegpt_requests(
     return specs
 
 
+DATASETS = ("random", "sharegpt", "shared-prefix")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Which prompts a completion load sends and how long they and their outputs are."""
+
+    name: str = "random"
+    input_len: tuple[int, int] = (128, 512)  # random; the suffix of shared-prefix
+    output_len: tuple[int, int] = (32, 256)  # not sharegpt, whose replies set it
+    prefix_len: int = 512  # shared-prefix
+    prefix_groups: int = 4
+    max_prompt: int = 1024  # sharegpt
+    max_total: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.name not in DATASETS:
+            raise ValueError(f"unknown dataset {self.name!r}; choose from {', '.join(DATASETS)}")
+
+    def requests(self, text: RandomText, count: int) -> list[RequestSpec]:
+        if self.name == "random":
+            return random_requests(text, count, self.input_len, self.output_len)
+        if self.name == "shared-prefix":
+            return shared_prefix_requests(
+                text, count, self.prefix_groups, self.prefix_len, self.input_len, self.output_len
+            )
+        return sharegpt_requests(text, count, self.max_prompt, self.max_total)
+
+    def describe(self) -> str:
+        if self.name == "sharegpt":
+            return f"ShareGPT lengths (prompt ≤ {self.max_prompt}, total ≤ {self.max_total})"
+        (low_in, high_in), (low_out, high_out) = self.input_len, self.output_len
+        text = f"input {low_in}-{high_in} tokens, output {low_out}-{high_out}"
+        if self.name == "shared-prefix":
+            text += f", prefix {self.prefix_len} tokens in {self.prefix_groups} groups"
+        return text
+
+
 def arrival_gaps(count: int, rate: float, burstiness: float, rng: random.Random) -> list[float]:
     """Seconds to wait before each request: gamma gaps with mean 1/rate (burstiness 1 is a
     Poisson process); all zero for an infinite rate."""

@@ -1,13 +1,15 @@
 """Prometheus metrics, named after vLLM's (prefix ragserve: instead of vllm:) where one exists.
 
 Engine state (running, waiting, KV usage, prefix cache counters) is read at scrape time; request
-latencies and outcomes are recorded as requests finish.
+latencies and outcomes are recorded as requests finish. The process's own figures (resident
+memory, CPU seconds, open files) come under prometheus_client's usual process_* names, as in
+vLLM, so that a soak can watch the server's memory from outside.
 """
 
 import itertools
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -71,6 +73,7 @@ class ServerMetrics:
     def __init__(self, engine: LLMEngine) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(engine))
+        ProcessCollector(registry=self.registry)
         r = self.registry
         self.time_to_first_token = Histogram(
             "ragserve:time_to_first_token_seconds",
