@@ -76,6 +76,11 @@ class Store(Protocol):
         """Every document of the filter's tenant it may read, ordered by doc_id."""
         ...
 
+    def document_chunks(self, access: AccessFilter, doc_id: str) -> list[ScoredChunk]:
+        """The current chunks of one document in order (score 0), or [] if it does not exist
+        or the filter may not read it."""
+        ...
+
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         """Up to k permitted current chunks matching any word of the query, best first. The
         query's words are extracted (query_terms), so no query syntax reaches the engine.

@@ -5,10 +5,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 
-from ragserve.access import Principal, Role
+from ragserve.access import Principal
 from ragserve.audit import MAX_AUDIT_PAGE, merge_audit
-from ragserve.server.dependencies import principal
-from ragserve.server.errors import APIError
+from ragserve.server.dependencies import principal, require_admin
 from ragserve.server.protocol import error_responses
 from ragserve.server.responses import AuditLog, json_body
 from ragserve.server.state import ServerState
@@ -31,13 +30,7 @@ def audit_routes(state: ServerState) -> APIRouter:
     ) -> dict[str, Any]:
         """Document writes, deletes, ACL changes and key changes of the caller's tenant,
         newest first. Page back with `before` set to the last entry's `at`."""
-        if who.role is not Role.ADMIN:
-            raise APIError(
-                403,
-                f"the audit trail is for administrators; this key's role is {who.role.value}",
-                "permission_error",
-                "forbidden",
-            )
+        require_admin(who, "the audit trail")
         documents = await run_in_threadpool(state.rag.store.audit_log, who.tenant, limit, before)
         keys = await run_in_threadpool(state.keys.audit_log, who.tenant, limit, before)
         entries = merge_audit(documents, keys, limit=limit)

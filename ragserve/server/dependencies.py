@@ -2,7 +2,7 @@
 
 from fastapi import Request
 
-from ragserve.access import Principal
+from ragserve.access import Principal, Role
 from ragserve.server.errors import APIError, Rejection, from_limit
 from ragserve.server.limits import LimitExceeded
 from ragserve.server.state import ServerState
@@ -45,3 +45,14 @@ async def principal(request: Request) -> Principal:
             rejection=Rejection.UNAUTHENTICATED,
         )
     return found
+
+
+def require_admin(who: Principal, what: str) -> None:
+    """403 unless the key is an administrator's; `what` names the thing refused."""
+    if who.role is not Role.ADMIN:
+        raise APIError(
+            403,
+            f"{what} is for administrators; this key's role is {who.role.value}",
+            "permission_error",
+            "forbidden",
+        )

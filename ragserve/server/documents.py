@@ -299,6 +299,17 @@ def document_routes(state: ServerState) -> APIRouter:
     async def get_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
         return document_json(await visible_document(who, doc_id), access_for(who))
 
+    @router.get(
+        "/v1/documents/{doc_id}/chunks", response_model=None, responses=json_body(SearchResults)
+    )
+    async def document_chunks(doc_id: str, who: Principal = Depends(principal)) -> dict:
+        """The document's current chunks in order, with their spans in its text."""
+        access = access_for(who)
+        chunks = await run_in_threadpool(state.rag.store.document_chunks, access, doc_id)
+        if not chunks:
+            await visible_document(who, doc_id)  # 404 when hidden or missing
+        return {"object": "list", "data": [chunk_json(c) for c in chunks]}
+
     @router.delete("/v1/documents/{doc_id}", response_model=None, responses=json_body(Deleted))
     async def delete_document(doc_id: str, who: Principal = Depends(principal)) -> dict:
         document = await visible_document(who, doc_id)

@@ -1,14 +1,19 @@
 """Prometheus metrics, named after vLLM's (prefix ragserve: instead of vllm:) where one exists.
 
 Engine state (running, waiting, KV usage, prefix cache counters) is read at scrape time; request
-latencies and outcomes are recorded as requests finish. The process's own figures (resident
-memory, CPU seconds, open files) come under prometheus_client's usual process_* names, as in
-vLLM, so that a soak can watch the server's memory from outside.
+latencies and outcomes are recorded as requests finish, in histograms for Prometheus and in a
+short window of recent requests for the status page's percentiles. The process's own figures
+(resident memory, CPU seconds, open files) come under prometheus_client's usual process_* names,
+as in vLLM, so that a soak can watch the server's memory from outside.
 """
 
 import itertools
+import time
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -69,6 +74,54 @@ class EngineCollector(Collector):
         )
 
 
+# The status page's percentiles cover this much of the recent past, and at most so many requests.
+RECENT_WINDOW_S = 300.0
+RECENT_MAX_REQUESTS = 2000
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    at: float  # time.monotonic() when it finished
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    output_tokens: int
+
+
+def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99]) * scale
+    return {"p50": round(float(p50), 1), "p90": round(float(p90), 1), "p99": round(float(p99), 1)}
+
+
+class RecentRequests:
+    """The requests finished in the last RECENT_WINDOW_S seconds; exact percentiles, unlike
+    the histograms' buckets."""
+
+    def __init__(self) -> None:
+        self._finished: deque[FinishedRequest] = deque(maxlen=RECENT_MAX_REQUESTS)
+
+    def add(self, finished: FinishedRequest) -> None:
+        self._finished.append(finished)
+
+    def summary(self) -> dict[str, object]:
+        now = time.monotonic()
+        recent = [r for r in list(self._finished) if now - r.at <= RECENT_WINDOW_S]
+        # Tokens per second over the span the window really covers, so a fresh server does
+        # not report its first seconds' tokens spread over five minutes.
+        span = min(RECENT_WINDOW_S, now - recent[0].at) if recent else 0.0
+        tokens = sum(r.output_tokens for r in recent)
+        return {
+            "window_s": RECENT_WINDOW_S,
+            "finished": len(recent),
+            "output_tokens_per_s": round(tokens / span, 2) if span > 1.0 else 0.0,
+            "ttft_ms": percentiles([r.ttft_s for r in recent if r.ttft_s is not None]),
+            "tpot_ms": percentiles([r.tpot_s for r in recent if r.tpot_s is not None]),
+            "e2e_ms": percentiles([r.e2e_s for r in recent if r.e2e_s is not None]),
+        }
+
+
 class ServerMetrics:
     def __init__(self, engine: LLMEngine) -> None:
         self.registry = CollectorRegistry()
@@ -125,6 +178,7 @@ class ServerMetrics:
             "Requests answered from the response cache.",
             registry=r,
         )
+        self.recent = RecentRequests()
 
     def observe_finished(self, output: RequestOutput, token_times: list[float]) -> None:
         metrics = output.metrics
@@ -132,12 +186,27 @@ class ServerMetrics:
         reason = completion.finish_reason or "abort"
         self.request_success.labels(finished_reason=reason).inc()
         self.prompt_tokens.inc(len(output.prompt_token_ids))
-        self.generation_tokens.inc(sum(len(choice.token_ids) for choice in output.outputs))
+        generated = sum(len(choice.token_ids) for choice in output.outputs)
+        self.generation_tokens.inc(generated)
         if metrics.queue_time is not None:
             self.queue_time.observe(metrics.queue_time)
         if metrics.time_to_first_token is not None:
             self.time_to_first_token.observe(metrics.time_to_first_token)
+        e2e = None
         if metrics.finished_time is not None:
-            self.e2e_latency.observe(metrics.finished_time - metrics.arrival_time)
+            e2e = metrics.finished_time - metrics.arrival_time
+            self.e2e_latency.observe(e2e)
         for earlier, later in itertools.pairwise(token_times):
             self.inter_token_latency.observe(later - earlier)
+        tpot = None
+        if len(token_times) > 1:
+            tpot = (token_times[-1] - token_times[0]) / (len(token_times) - 1)
+        self.recent.add(
+            FinishedRequest(
+                time.monotonic(),
+                metrics.time_to_first_token,
+                tpot,
+                e2e,
+                generated,
+            )
+        )

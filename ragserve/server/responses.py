@@ -182,3 +182,41 @@ class AuditRecord(Body):
 class AuditLog(Body):
     object: Literal["list"]
     data: list[AuditRecord]
+
+
+class Identity(Body):
+    """Who a key belongs to; the page shows it and hides what the role may not do."""
+
+    user: str
+    groups: list[str]
+    tenant: str
+    role: Literal["reader", "writer", "admin"]
+
+
+class Percentiles(Body):
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class RecentRequests(Body):
+    window_s: float
+    finished: int
+    output_tokens_per_s: float
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+
+
+class ServerStatus(Body):
+    """The engine's state now and the latencies of the requests finished lately."""
+
+    model: str
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    kv_blocks_total: int
+    kv_blocks_free: int
+    prefix_cache_hit_rate: float | None
+    preemptions: int
+    recent: RecentRequests

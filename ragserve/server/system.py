@@ -1,4 +1,5 @@
-"""The routes about the server itself: health, Prometheus metrics, and the models it serves."""
+"""The routes about the server itself: health, Prometheus metrics, the models it serves, who a
+key belongs to, and the engine's state for administrators."""
 
 from typing import Any
 
@@ -7,10 +8,17 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragserve.access import Principal
-from ragserve.server.dependencies import principal
+from ragserve.server.dependencies import principal, require_admin
 from ragserve.server.errors import APIError
 from ragserve.server.protocol import error_responses, now
-from ragserve.server.responses import Health, ModelCard, ModelList, json_body
+from ragserve.server.responses import (
+    Health,
+    Identity,
+    ModelCard,
+    ModelList,
+    ServerStatus,
+    json_body,
+)
 from ragserve.server.state import ServerState
 
 
@@ -59,5 +67,41 @@ def system_routes(state: ServerState) -> APIRouter:
             "invalid_request_error",
             "model_not_found",
         )
+
+    @router.get(
+        "/v1/me", response_model=None, responses=json_body(Identity) | error_responses(401, 429)
+    )
+    async def me(who: Principal = Depends(principal)) -> dict[str, Any]:
+        return {
+            "user": who.user,
+            "groups": sorted(who.groups),
+            "tenant": who.tenant,
+            "role": who.role.value,
+        }
+
+    @router.get(
+        "/v1/status",
+        response_model=None,
+        responses=json_body(ServerStatus) | error_responses(401, 403, 429),
+    )
+    async def status(who: Principal = Depends(principal)) -> dict[str, Any]:
+        """The engine's load now and the latencies of the requests finished in the last
+        minutes. The engine is shared by every tenant, so only administrators see it."""
+        require_admin(who, "the server's status")
+        stats = state.engine.stats()
+        queries = stats.prefix_cache_queries
+        return {
+            "model": state.model_id,
+            "running": stats.num_running,
+            "waiting": stats.num_waiting,
+            "kv_cache_usage": round(stats.kv_cache_usage, 4),
+            "kv_blocks_total": stats.kv_blocks_total,
+            "kv_blocks_free": stats.kv_blocks_free,
+            "prefix_cache_hit_rate": (
+                round(stats.prefix_cache_hits / queries, 4) if queries else None
+            ),
+            "preemptions": stats.num_preemptions,
+            "recent": state.metrics.recent.summary(),
+        }
 
     return router

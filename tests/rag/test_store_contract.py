@@ -151,6 +151,23 @@ def test_new_version_replaces_the_old(store_factory):
     assert store.current_version("acme", "doc") == 2
 
 
+def test_document_chunks_are_the_current_ones_in_order_and_only_for_readers(store_factory):
+    store = store_factory()
+    seed(store)
+    store.write_document(*make_document("doc", ["one", "two", "three"], [axis(0)] * 3))
+    store.write_document(*make_document("doc", ["uno", "dos"], [axis(1)] * 2))
+    chunks = store.document_chunks(OWNER, "doc")
+    assert [c.text for c in chunks] == ["uno", "dos"] and [c.index for c in chunks] == [0, 1]
+    assert all(c.doc_id == "doc" and c.score == 0.0 for c in chunks)
+    assert [c.start for c in chunks] == sorted(c.start for c in chunks)
+    assert [c.text for c in store.document_chunks(ENG, "secret")] == [
+        "the launch code is hidden in the orchard vault"
+    ]
+    assert store.document_chunks(STRANGER, "secret") == []
+    assert store.document_chunks(OTHER_TENANT_OWNER, "public") == []
+    assert store.document_chunks(OWNER, "missing") == []
+
+
 def test_crash_between_write_and_delete_keeps_the_old_version(store_factory, monkeypatch):
     store = store_factory()
     store.write_document(*make_document("doc", ["old body"], [axis(0)]))

@@ -4,6 +4,7 @@ import httpx
 import openai
 import pytest
 
+from ragserve.access import Role
 from ragserve.server.limits import AuthThrottle
 
 MODEL = "smollm2-135m-instruct"
@@ -299,6 +300,36 @@ def test_metrics_move(server, alice):
         "ragserve:inter_token_latency_seconds_count",
     ):
         assert after[name] > before[name], name
+
+
+def test_me_says_who_a_key_belongs_to(server):
+    key = server.key("mia", ("eng", "design"), tenant="globex", role=Role.WRITER)
+    response = httpx.get(server.url + "/v1/me", headers={"Authorization": f"Bearer {key}"})
+    assert response.json() == {
+        "user": "mia",
+        "groups": ["design", "eng"],
+        "tenant": "globex",
+        "role": "writer",
+    }
+    assert httpx.get(server.url + "/v1/me").status_code == 401
+
+
+def test_status_is_for_administrators_and_counts_recent_requests(server, alice):
+    admin = {"Authorization": f"Bearer {server.key('root', role=Role.ADMIN)}"}
+    refused = httpx.get(server.url + "/v1/status", headers={"Authorization": f"Bearer {alice}"})
+    assert refused.status_code == 403 and "administrators" in refused.json()["error"]["message"]
+    before = httpx.get(server.url + "/v1/status", headers=admin).json()
+    client(server, alice).completions.create(
+        model=MODEL, prompt="One, two, three,", max_tokens=6, temperature=0
+    )
+    after = httpx.get(server.url + "/v1/status", headers=admin).json()
+    assert after["recent"]["finished"] == before["recent"]["finished"] + 1
+    assert after["model"] == MODEL and after["kv_blocks_total"] > 0
+    assert 0.0 <= after["kv_cache_usage"] <= 1.0
+    assert 0.0 <= after["prefix_cache_hit_rate"] <= 1.0
+    latency = after["recent"]["e2e_ms"]
+    assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"]
+    assert after["recent"]["tpot_ms"]["p50"] > 0 and after["recent"]["ttft_ms"]["p50"] > 0
 
 
 def _metric(server, name: str) -> float:

@@ -77,6 +77,7 @@ def test_others_learn_nothing(server, keys, secret_doc):
         assert doc_id not in [d["id"] for d in listed]
         for method, path, body in [
             ("GET", f"/v1/documents/{doc_id}", None),
+            ("GET", f"/v1/documents/{doc_id}/chunks", None),
             ("DELETE", f"/v1/documents/{doc_id}", None),
             ("PUT", f"/v1/documents/{doc_id}/acl", {"groups": ["sales"]}),
         ]:
@@ -88,6 +89,17 @@ def test_others_learn_nothing(server, keys, secret_doc):
         missing.json()["error"]["message"].replace("no-such-doc", doc_id)
         == call(server, "GET", f"/v1/documents/{doc_id}", keys["sales"]).json()["error"]["message"]
     )
+
+
+def test_a_readers_chunks_carry_their_spans_in_the_documents_text(server, keys, secret_doc):
+    response = call(server, "GET", f"/v1/documents/{secret_doc['id']}/chunks", keys["eng"])
+    assert response.status_code == 200, response.text
+    chunks = response.json()["data"]
+    assert len(chunks) == secret_doc["num_chunks"] >= 1
+    assert all(c["doc_id"] == secret_doc["id"] for c in chunks)
+    assert "4 million euros" in " ".join(c["text"] for c in chunks)
+    assert [c["start"] for c in chunks] == sorted(c["start"] for c in chunks)
+    assert all(c["end"] - c["start"] >= len(c["text"].strip()) > 0 for c in chunks)
 
 
 def test_readers_may_not_change_documents(server, keys, secret_doc):

@@ -244,6 +244,15 @@ class PostgresStore(SqlStore):
             ).fetchall()
         return {h: v.to_numpy().astype(np.float32) for h, v in rows}
 
+    def document_chunks(self, access: AccessFilter, doc_id: str) -> list[ScoredChunk]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {SCORED_CHUNK_SELECT}, 0.0 FROM {CURRENT_CHUNKS}"
+                f" WHERE c.doc_id = %(doc_id)s AND {ACL_CONDITION} ORDER BY c.idx",
+                {"doc_id": doc_id, **access_params(access)},
+            ).fetchall()
+        return [ScoredChunk(*row) for row in rows]
+
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         match = ts_query(query)
         if match is None:

@@ -254,6 +254,16 @@ class SqliteStore(SqlStore):
             ).fetchall()
         return {h: np.frombuffer(blob, dtype=np.float32) for h, blob in rows}
 
+    def document_chunks(self, access: AccessFilter, doc_id: str) -> list[ScoredChunk]:
+        with self._transaction():
+            rows = self._db.execute(
+                "SELECT c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text,"
+                f" 0.0 FROM {CURRENT_CHUNKS} WHERE c.doc_id = :doc_id AND {ACL_CONDITION}"
+                " ORDER BY c.idx",
+                {"doc_id": doc_id, **access_params(access)},
+            ).fetchall()
+        return [ScoredChunk(*row) for row in rows]
+
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         match = fts_query(query)
         if match is None:
