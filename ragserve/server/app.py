@@ -1,7 +1,7 @@
 """The FastAPI application: the factory (server state from the composition root), the engine's
-lifespan, the error handlers, and one router per API family (system, completions, embeddings,
-answers, documents, audit). Every refusal is an OpenAI-style error body with the matching
-status.
+lifespan, the error handlers, one router per API family (system, completions, embeddings,
+answers, documents, audit), and the web page at /. Every refusal is an OpenAI-style error body
+with the matching status.
 """
 
 import contextlib
@@ -34,6 +34,7 @@ from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
 from ragserve.server.state import ServerState, weights_version
 from ragserve.server.system import system_routes
+from ragserve.server.web import mount_web
 from ragserve.services import RagServices
 from ragserve.settings import Settings
 
@@ -133,6 +134,7 @@ def build_app(
         audit_routes(state),
     ):
         app.include_router(router)
+    mount_web(app)
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
 
