@@ -210,6 +210,16 @@ def test_a_writer_uploads_a_file_and_finds_it(page, server, keys, tmp_path):
     uploads = page.locator("#upload-list li")
     expect(uploads.nth(0).locator(".done")).to_contain_text("stored as")
     expect(uploads.nth(1).locator(".failed")).to_contain_text("refused")
+    # Dropping a file on the zone uploads it the same way.
+    page.locator("#dropzone").evaluate(
+        """zone => {
+            const files = new DataTransfer();
+            files.items.add(new File(['Dropped notes: the lift is serviced on Tuesdays.'],
+                                     'lift.txt', {type: 'text/plain'}));
+            zone.dispatchEvent(new DragEvent('drop', {dataTransfer: files, bubbles: true}));
+        }"""
+    )
+    expect(uploads.nth(2).locator(".done")).to_contain_text("stored as")
     page.get_by_label("Search documents").fill("canteen menu")
     expect(page.locator("#doc-table tbody tr")).to_have_count(1)
     page.locator("#doc-table").get_by_role("link", name="Canteen menu").click()
@@ -241,7 +251,7 @@ def test_an_owner_shares_a_document_and_deletes_it(page, server, keys, tmp_path)
     assert httpx.get(f"{server.url}/v1/documents/{doc_id}", headers=reader).status_code == 200
     page.get_by_role("button", name="Delete document").click()
     page.locator("#confirm-ok").click()
-    expect(page.locator("#doc-count")).to_contain_text(f"Deleted {doc_id}")
+    expect(page.locator("#doc-message")).to_have_text(f"Deleted {doc_id}.")
     assert httpx.get(f"{server.url}/v1/documents/{doc_id}", headers=reader).status_code == 404
 
 

@@ -131,12 +131,12 @@ async function ask(question, mode) {
   };
   try {
     if (mode === "chat") {
-      chat.push({ role: "user", content: question });
+      const messages = [...chat, { role: "user", content: question }];
       const models = await api("/v1/models");
       const response = await fetch("/v1/chat/completions", {
         method: "POST",
         headers: authHeaders({ "Content-Type": "application/json" }),
-        body: JSON.stringify({ model: models.data[0].id, messages: chat, stream: true }),
+        body: JSON.stringify({ model: models.data[0].id, messages, stream: true }),
         signal: controller.signal,
       });
       if (!response.ok) throw await failure(response);
@@ -151,7 +151,8 @@ async function ask(question, mode) {
           turn.text.textContent = content;
         }
       }
-      chat.push({ role: "assistant", content });
+      // Kept only once answered, so a failed turn does not leave an unanswered question behind.
+      chat.push(messages.at(-1), { role: "assistant", content });
       clientTimes.total = Math.round(performance.now() - started);
       turn.reply.append(
         el("p", { class: "timings" }, `first text ${clientTimes.first} ms · total ${clientTimes.total} ms`),

@@ -4,6 +4,7 @@
 import { $, api, authHeaders, el, mayRole, plural } from "./common.js";
 
 let documents = [];
+
 function matches(document_, words) {
   const haystack = `${document_.title} ${document_.id} ${document_.source}`.toLowerCase();
   return words.every((word) => haystack.includes(word));
@@ -148,7 +149,7 @@ async function openDocument(id) {
     detail.hidden = false;
     detail.focus();
   } catch (error) {
-    $("#doc-count").textContent = `Cannot open ${id}: ${error.message}`;
+    $("#doc-message").textContent = `Cannot open ${id}: ${error.message}`;
   }
 }
 
@@ -179,6 +180,7 @@ function confirmDelete(title) {
   $("#confirm-text").textContent = `Delete “${title}”? Its text leaves every answer at once.`;
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = ""; // Escape closes without setting it
     dialog.showModal();
   });
 }
@@ -189,10 +191,10 @@ async function deleteDocument() {
   try {
     await api(`/v1/documents/${encodeURIComponent(id)}`, { method: "DELETE" });
     $("#doc-detail").hidden = true;
-    $("#doc-count").textContent = `Deleted ${id}.`;
+    $("#doc-message").textContent = `Deleted ${id}.`;
     await loadDocuments();
   } catch (error) {
-    $("#acl-message").textContent = `Not deleted: ${error.message}`;
+    $("#doc-message").textContent = `Not deleted: ${error.message}`;
   }
 }
 
@@ -243,6 +245,7 @@ async function uploadFiles(files) {
 
 export function resetDocuments() {
   documents = [];
+  $("#doc-message").textContent = "";
   $("#doc-table tbody").replaceChildren();
   $("#doc-detail").hidden = true;
 }
