@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from ragserve.bench.cli import bench_app
-from ragserve.cli import documents, model, operations
+from ragserve.cli import capacity, documents, model, operations
 from ragserve.cli.common import app
 from ragserve.cli.documents import docs_app
 from ragserve.cli.keys import keys_app
@@ -16,7 +16,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(eval_app, name="eval")
 app.add_typer(keys_app, name="keys")
 app.add_typer(docs_app, name="docs")
-__all__ = ["app", "documents", "model", "operations"]
+__all__ = ["app", "capacity", "documents", "model", "operations"]
 
 
 @app.callback()
