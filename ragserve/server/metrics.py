@@ -199,8 +199,12 @@ class ServerMetrics:
         for earlier, later in itertools.pairwise(token_times):
             self.inter_token_latency.observe(later - earlier)
         tpot = None
-        if len(token_times) > 1:
-            tpot = (token_times[-1] - token_times[0]) / (len(token_times) - 1)
+        # Per token of the first choice, not per streamed chunk: a chunk carries every token a
+        # step accepted.
+        first_choice = len(completion.token_ids)
+        finished, first = metrics.finished_time, metrics.first_token_time
+        if first_choice > 1 and finished is not None and first is not None:
+            tpot = (finished - first) / (first_choice - 1)
         self.recent.add(
             FinishedRequest(
                 time.monotonic(),
