@@ -221,8 +221,8 @@ def _repacked(data: bytes, name: str) -> bytes:
                         stored.write(piece)
     except ParseError:
         raise
-    # zipfile fails on a damaged archive in many ways (BadZipFile, NotImplementedError for a
-    # bogus version, ValueError, EOFError and others); each is this file's error.
+    # zipfile reports a damaged archive through several exception types (BadZipFile, ValueError,
+    # EOFError, an unsupported-feature error for a bogus version); each is this file's error.
     except Exception as error:
         raise ParseError(f"{name}: not a readable docx file ({error})") from error
     return out.getvalue()
