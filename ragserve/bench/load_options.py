@@ -11,7 +11,7 @@ from rich.markdown import Markdown
 
 if TYPE_CHECKING:
     from ragserve.bench.load import Job
-    from ragserve.bench.workload import Dataset
+    from ragserve.bench.workload import Dataset, RandomText
 
 # Jobs for a run: given the run's seed and how many requests.
 JobMaker = Callable[[int, int], list[tuple["Job", int]]]
@@ -73,22 +73,30 @@ def dataset_of(
         raise typer.BadParameter(f"unknown --dataset-name {name!r}") from error
 
 
+def random_text(tokenizer: str, seed: int) -> "RandomText":
+    """Prompt text from a tokenizer given as a model name or folder."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from ragserve.bench.workload import RandomText
+    from ragserve.engine.loader import resolve_model
+
+    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
+    return RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
+
+
 def completion_jobs(
     url: str, keys: list[str], model: str | None, dataset: "Dataset", tokenizer: str, seed: int
 ) -> tuple[JobMaker, str]:
     """Streamed /v1/completions jobs of the dataset, round-robin over the keys, and the model
     they ask for (the server's first when model is None)."""
-    import random
-
     import httpx
-    from transformers import AutoTokenizer
 
     from ragserve.bench.client import completion
-    from ragserve.bench.workload import RandomText, RequestSpec
-    from ragserve.engine.loader import resolve_model
+    from ragserve.bench.workload import RequestSpec
 
-    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
-    text = RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
+    text = random_text(tokenizer, seed)
     if model is None:
         headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
         listed = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()

@@ -2,7 +2,6 @@
 measured (or saved) engine profile and a workload's token lengths (bench/capacity.py)."""
 
 import json
-import random
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +20,7 @@ from ragserve.bench.load_options import (
     SloOption,
     TokenizerOption,
     dataset_of,
+    random_text,
 )
 from ragserve.bench.measures import Slo
 from ragserve.cli.common import ConfigOption, JsonOption, app, console
@@ -30,14 +30,7 @@ LENGTH_SAMPLE = 500
 
 
 def workload_lengths(dataset, tokenizer: str, seed: int) -> Lengths:
-    from transformers import AutoTokenizer
-
-    from ragserve.bench.workload import RandomText
-    from ragserve.engine.loader import resolve_model
-
-    folder = Path(tokenizer) if Path(tokenizer).is_dir() else resolve_model(tokenizer)
-    text = RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
-    specs = dataset.requests(text, LENGTH_SAMPLE)
+    specs = dataset.requests(random_text(tokenizer, seed), LENGTH_SAMPLE)
     return Lengths(
         sum(s.prompt_tokens for s in specs) / len(specs),
         sum(s.output_tokens for s in specs) / len(specs),
