@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ragserve.engine.async_engine import AsyncEngine
+from ragserve.engine.client import TokenizedModel
 from ragserve.engine.engine import LLMEngine
 from ragserve.rag.answer import AnswerService
 from ragserve.rag.answerability import Answerability
@@ -65,7 +66,7 @@ class RagServices:
 
     @classmethod
     def build(
-        cls, settings: Settings, engine: LLMEngine, embedder: Embedder | None = None
+        cls, settings: Settings, engine: TokenizedModel, embedder: Embedder | None = None
     ) -> "RagServices":
         index = DocumentIndex.open(settings, embedder)
         retriever = Retriever(index.store, index.embedder, settings.retrieval_settings())
@@ -87,7 +88,7 @@ class RagServices:
         return cls(index.embedder, index.store, index.ingestor, retriever, answers)
 
 
-def make_reranker(name: str | None, engine: LLMEngine) -> Reranker | None:
+def make_reranker(name: str | None, engine: TokenizedModel) -> Reranker | None:
     """None, "llm" (the served model judges each chunk) or a CrossEncoder folder."""
     if not name:
         return None

@@ -17,6 +17,8 @@ from ragserve.bench.client import RequestResult
 Job = Callable[[httpx.AsyncClient, int | None], Awaitable[RequestResult]]
 
 SAMPLE_EVERY_S = 0.25
+# A gauge's series (one per engine replica, or per model in vLLM) add up, except usage shares,
+# which are averaged (replicas have equal KV pools).
 GAUGES = {
     "kv_cache_usage": ("ragserve:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"),
     "running": ("ragserve:num_requests_running", "vllm:num_requests_running"),
@@ -60,10 +62,21 @@ class ServerProbe:
 
     async def gauges(self) -> dict[str, float]:
         values = await self.read()
-        return {
-            name: next((values[m] for m in metrics if m in values), float("nan"))
-            for name, metrics in GAUGES.items()
-        }
+        gauges = {}
+        for name, metrics in GAUGES.items():
+            series = next(
+                (
+                    found
+                    for m in metrics
+                    if (found := [v for k, v in values.items() if k.split("{")[0] == m])
+                ),
+                [],
+            )
+            if not series:
+                gauges[name] = float("nan")
+            else:
+                gauges[name] = sum(series) / (len(series) if name == "kv_cache_usage" else 1)
+        return gauges
 
     async def wait_idle(self, timeout_s: float = 60.0) -> dict[str, float]:
         """Wait until nothing runs or waits; the gauges then (or at the timeout). A server

@@ -11,22 +11,22 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
 from ragserve.engine.engine import LLMEngine
+from ragserve.engine.errors import EngineDeadError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.stats import EngineStats
 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05
 SWITCH_INTERVAL_S = 0.0005
-
-
-class EngineDeadError(RuntimeError):
-    pass
 
 
 class RequestStream:
@@ -53,13 +53,6 @@ class RequestStream:
         self.finished = item.finished
         return item
 
-    async def final(self) -> RequestOutput:
-        last = None
-        async for output in self:
-            last = output
-        assert last is not None
-        return last
-
     def close(self) -> None:
         if self.closed:
             return
@@ -68,6 +61,11 @@ class RequestStream:
 
 
 class AsyncEngine:
+    """The engine in this process, as an EngineClient."""
+
+    # The name its series carry in /metrics, beside Ray Serve replicas' names.
+    REPLICA_NAME = "local"
+
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._streams: dict[str, RequestStream] = {}
@@ -96,7 +94,28 @@ class AsyncEngine:
         self._wakeup.set()
         self._thread.join(timeout=10)
 
-    def add_request(
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def model_path(self) -> Path:
+        return self.engine.model_path
+
+    def check_token_ids(self, token_ids: list[int]) -> None:
+        self.engine.check_token_ids(token_ids)
+
+    def replica_stats(self) -> dict[str, EngineStats]:
+        return {self.REPLICA_NAME: self.engine.stats()}
+
+    def route_decisions(self) -> dict[tuple[str, str], int]:
+        return {}
+
+    async def add_request(
         self,
         prompt: list[int],
         params: SamplingParams,
@@ -129,7 +148,9 @@ class AsyncEngine:
             token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
         ) -> AsyncIterator[RequestOutput]:
             salt = CacheSalt(tenant, narrowing)
-            stream = self.add_request(token_ids, params, f"{prefix}-{next(counter)}", user, salt)
+            stream = await self.add_request(
+                token_ids, params, f"{prefix}-{next(counter)}", user, salt
+            )
             try:
                 async for output in stream:
                     yield output

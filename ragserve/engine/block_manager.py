@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.sequence import Sequence
 
 
@@ -28,6 +29,24 @@ def root_hash(cache_salt: str, batch_invariant: bool = False) -> bytes:
     # each mode only matches its own: a cached prefix must be what the request would compute.
     mode = b"invariant\0" if batch_invariant else b""
     return hashlib.sha256(b"ragserve-prefix\0" + mode + cache_salt.encode()).digest()
+
+
+def extend_block_hashes(
+    hashes: list[bytes],
+    token_ids: list[int],
+    cache_salt: CacheSalt,
+    block_size: int,
+    batch_invariant: bool,
+    num_blocks: int,
+) -> list[bytes]:
+    """The hashes of the first num_blocks full blocks of token_ids, under which the prefix
+    cache publishes them; hashes holds those already computed and is extended in place."""
+    while len(hashes) < num_blocks:
+        i = len(hashes)
+        parent = hashes[-1] if hashes else root_hash(cache_salt.base, batch_invariant)
+        tokens = token_ids[i * block_size : (i + 1) * block_size]
+        hashes.append(chain_hash(parent, tokens, cache_salt.for_block(i, block_size)))
+    return hashes[:num_blocks]
 
 
 def chain_hash(parent: bytes, token_ids: list[int], salt: str = "") -> bytes:
@@ -59,16 +78,14 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     def _full_block_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
-        size = self.block_size
-        hashes = seq.block_hashes
-        while len(hashes) < num_blocks:
-            i = len(hashes)
-            parent = (
-                hashes[-1] if hashes else root_hash(seq.cache_salt.base, seq.params.batch_invariant)
-            )
-            tokens = seq.token_ids[i * size : (i + 1) * size]
-            hashes.append(chain_hash(parent, tokens, seq.cache_salt.for_block(i, size)))
-        return hashes[:num_blocks]
+        return extend_block_hashes(
+            seq.block_hashes,
+            seq.token_ids,
+            seq.cache_salt,
+            self.block_size,
+            seq.params.batch_invariant,
+            num_blocks,
+        )
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching:

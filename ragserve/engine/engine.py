@@ -18,7 +18,7 @@ from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.detokenizer import IncrementalDetokenizer
-from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError
+from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, check_token_ids
 from ragserve.engine.kv_cache import DTYPES, KVCache
 from ragserve.engine.loader import read_weights, resolve_model
 from ragserve.engine.logits_processor import LogitsProcessor
@@ -195,10 +195,7 @@ class LLMEngine:
             self._aborts.add(request_id)
 
     def check_token_ids(self, token_ids: list[int]) -> None:
-        """Raise InvalidRequestError unless every id is in the model's vocabulary."""
-        vocab = self.model.spec.vocab_size
-        if any(not 0 <= t < vocab for t in token_ids):
-            raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab})")
+        check_token_ids(token_ids, self.model.spec.vocab_size)
 
     def has_unfinished_requests(self) -> bool:
         with self._lock:

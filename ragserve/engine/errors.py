@@ -30,3 +30,13 @@ class ModelNotFoundError(EngineError, ValueError):
 
 class UnsupportedModelError(EngineError, ValueError):
     status_code = 400
+
+
+class EngineDeadError(RuntimeError):
+    """The engine stopped (a step failed, or a replica is gone); nothing more will run."""
+
+
+def check_token_ids(token_ids: list[int], vocab_size: int) -> None:
+    """Raise InvalidRequestError unless every id is in the model's vocabulary."""
+    if any(not 0 <= t < vocab_size for t in token_ids):
+        raise InvalidRequestError(f"prompt token ids must lie in [0, {vocab_size})")

@@ -17,6 +17,11 @@ class EngineStats:
     spec_decode_draft_tokens: int = 0
     spec_decode_accepted_tokens: int = 0
 
+    @classmethod
+    def total(cls, replicas: list["EngineStats"]) -> "EngineStats":
+        """The sum over replicas: requests, blocks and counters all add up."""
+        return cls(**{f.name: sum(getattr(s, f.name) for s in replicas) for f in fields(cls)})
+
     @property
     def kv_blocks_used(self) -> int:
         return self.kv_blocks_total - self.kv_blocks_free

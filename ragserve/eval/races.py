@@ -30,6 +30,7 @@ import httpx
 import uvicorn
 
 from ragserve.access import Role
+from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.engine import LLMEngine
 from ragserve.eval import race_report
 from ragserve.eval.race_history import (
@@ -108,7 +109,7 @@ def live_server(
     settings: Settings, engine: LLMEngine | None, embedder: Embedder | None
 ) -> Iterator[tuple[str, "KeyStore"]]:
     """The app served by uvicorn in a thread on a free port: its URL and its key store."""
-    app = build_app(settings, engine, embedder)
+    app = build_app(settings, AsyncEngine(engine) if engine else None, embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

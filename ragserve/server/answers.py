@@ -14,9 +14,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragserve.access import Principal, access_for
-from ragserve.engine.async_engine import EngineDeadError
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
-from ragserve.engine.errors import EngineError
+from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
@@ -48,7 +47,7 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
         token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
     ) -> AsyncIterator[RequestOutput]:
         try:
-            stream = state.async_engine.add_request(
+            stream = await state.engine.add_request(
                 token_ids,
                 params,
                 f"{request_id}-{next(counter)}",
@@ -104,7 +103,7 @@ async def answer_events(
             yield AnswerEvent(cached.answer, cached)
             return
     try:
-        state.limiter.acquire(who.user, len(question) // 4)
+        await state.limiter.acquire(who.user, len(question) // 4)
     except LimitExceeded as error:
         raise from_limit(error) from error
     completion_tokens = 0

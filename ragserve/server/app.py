@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragserve.engine.async_engine import AsyncEngine
-from ragserve.engine.engine import LLMEngine
+from ragserve.engine.client import EngineClient
 from ragserve.rag.embeddings import Embedder
 from ragserve.server.answers import answer_routes
 from ragserve.server.audit import audit_routes
@@ -28,32 +28,35 @@ from ragserve.server.completions import completion_routes
 from ragserve.server.documents import document_routes
 from ragserve.server.embeddings import embedding_routes
 from ragserve.server.errors import APIError, Rejection, error_body
-from ragserve.server.limits import AuthThrottle, UserLimiter
+from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
 from ragserve.server.state import ServerState, weights_version
 from ragserve.server.system import system_routes
 from ragserve.server.web import mount_web
-from ragserve.services import RagServices
+from ragserve.services import RagServices, build_engine
 from ragserve.settings import Settings
 
 
 def build_app(
     settings: Settings,
-    engine: LLMEngine | None = None,
+    engine: EngineClient | None = None,
     embedder: Embedder | None = None,
+    limiter: DemandLimiter | None = None,
 ) -> FastAPI:
-    engine = engine or LLMEngine(settings.engine_config())
+    """The API over an engine (default: the configured model in this process) and per-user
+    limits (default: this process's own)."""
+    engine = engine or AsyncEngine(build_engine(settings))
     embedder = embedder or Embedder(settings.embedding_model)
     rag = RagServices.build(settings, engine, embedder)
     template = engine.tokenizer.chat_template or ""
     state = ServerState(
         settings=settings,
         engine=engine,
-        async_engine=AsyncEngine(engine),
         keys=KeyStore(settings.data_dir / "keys.sqlite"),
-        limiter=UserLimiter(
+        limiter=limiter
+        or UserLimiter(
             settings.max_concurrent_requests_per_user, settings.tokens_per_minute_per_user
         ),
         auth_throttle=AuthThrottle(settings.auth_failures_per_minute),
@@ -69,9 +72,9 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.async_engine.start()
+        engine.start()
         yield
-        state.async_engine.shutdown()
+        engine.shutdown()
         rag.store.close()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)

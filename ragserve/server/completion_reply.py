@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ragserve.engine.async_engine import EngineDeadError, RequestStream
+from ragserve.engine.client import OutputStream
+from ragserve.engine.errors import EngineDeadError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.server.errors import error_body
 from ragserve.server.protocol import (
@@ -123,7 +124,7 @@ class Reply:
         return []
 
     async def stream(
-        self, stream: RequestStream, finish: Callable[[RequestOutput | None], None]
+        self, stream: OutputStream, finish: Callable[[RequestOutput | None], None]
     ) -> AsyncIterator[str]:
         output = None
         sent = [0] * self.body.n

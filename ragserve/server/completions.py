@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from ragserve.access import Principal
-from ragserve.engine.async_engine import EngineDeadError
-from ragserve.engine.errors import EngineError
+from ragserve.engine.client import final_output
+from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.server.answers import rag_chat_completion
@@ -208,11 +208,11 @@ async def complete(
                 return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
             return JSONResponse(reply.json(cached))
     try:
-        state.limiter.acquire(who.user, len(token_ids))
+        await state.limiter.acquire(who.user, len(token_ids))
     except LimitExceeded as error:
         raise from_limit(error) from error
     try:
-        stream = state.async_engine.add_request(
+        stream = await state.engine.add_request(
             token_ids, params, reply.request_id, who.user, who.tenant, body.priority
         )
     except (EngineError, EngineDeadError) as error:
@@ -234,7 +234,7 @@ async def complete(
         return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
     output = None
     try:
-        output = await until_done_or_disconnected(stream.final(), request)
+        output = await until_done_or_disconnected(final_output(stream), request)
     except EngineDeadError as error:
         raise from_engine(error) from error
     finally:

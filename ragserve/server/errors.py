@@ -9,8 +9,7 @@ routes raise and never count by hand.
 from enum import StrEnum
 from typing import Any
 
-from ragserve.engine.async_engine import EngineDeadError
-from ragserve.engine.errors import EngineError, EngineOverloadedError
+from ragserve.engine.errors import EngineDeadError, EngineError, EngineOverloadedError
 from ragserve.server.limits import LimitExceeded
 
 

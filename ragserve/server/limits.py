@@ -9,6 +9,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass
@@ -20,6 +21,17 @@ class LimitExceeded(Exception):
 
 
 WINDOW_S = 60.0
+
+
+class DemandLimiter(Protocol):
+    """Per-user limits: UserLimiter in one process; behind Ray Serve, one UserLimiter shared by
+    every replica (ragserve.cluster.shared_state)."""
+
+    async def acquire(self, user: str, prompt_tokens: int) -> None:
+        """Admit a request or raise LimitExceeded; charges its prompt tokens."""
+
+    def release(self, user: str, output_tokens: int) -> None:
+        """The request is over: frees its slot and charges its output tokens."""
 
 
 class UserLimiter:
@@ -36,8 +48,7 @@ class UserLimiter:
             spent.popleft()
         return spent
 
-    def acquire(self, user: str, prompt_tokens: int) -> None:
-        """Admit a request or raise LimitExceeded; charges its prompt tokens."""
+    async def acquire(self, user: str, prompt_tokens: int) -> None:
         now = time.monotonic()
         with self._lock:
             if self._active[user] >= self.max_concurrent:

@@ -18,60 +18,69 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ragserve.engine.engine import LLMEngine
+from ragserve.engine.client import EngineClient
 from ragserve.engine.outputs import RequestOutput
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 ITL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
 
+# (name, help, the EngineStats field, gauge or counter): one series per replica.
+ENGINE_SERIES = (
+    ("num_requests_running", "Requests in the running batch.", "num_running", False),
+    ("num_requests_waiting", "Requests waiting to be admitted.", "num_waiting", False),
+    ("kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).", "kv_cache_usage", False),
+    ("kv_cache_free_blocks", "KV blocks not held by any request.", "kv_blocks_free", False),
+    (
+        "prefix_cache_queries",
+        "Prompt tokens looked up in the prefix cache.",
+        "prefix_cache_queries",
+        True,
+    ),
+    ("prefix_cache_hits", "Prompt tokens served from the prefix cache.", "prefix_cache_hits", True),
+    ("num_preemptions", "Sequences preempted for lack of KV blocks.", "num_preemptions", True),
+    (
+        "spec_decode_num_draft_tokens",
+        "Draft tokens verified by speculative decoding (prompt lookup).",
+        "spec_decode_draft_tokens",
+        True,
+    ),
+    (
+        "spec_decode_num_accepted_tokens",
+        "Draft tokens accepted: each is a decode step saved.",
+        "spec_decode_accepted_tokens",
+        True,
+    ),
+)
+
+
 class EngineCollector(Collector):
-    def __init__(self, engine: LLMEngine) -> None:
+    """The engine replicas' state, read at scrape time, with a `replica` label; and, behind Ray
+    Serve, the router's decisions by replica."""
+
+    def __init__(self, engine: EngineClient) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.engine.stats()
-        yield GaugeMetricFamily(
-            "ragserve:num_requests_running", "Requests in the running batch.", stats.num_running
-        )
-        yield GaugeMetricFamily(
-            "ragserve:num_requests_waiting", "Requests waiting to be admitted.", stats.num_waiting
-        )
-        yield GaugeMetricFamily(
-            "ragserve:kv_cache_usage_perc",
-            "Fraction of KV blocks in use (0-1).",
-            stats.kv_cache_usage,
-        )
-        yield GaugeMetricFamily(
-            "ragserve:kv_cache_free_blocks",
-            "KV blocks not held by any request.",
-            stats.kv_blocks_free,
-        )
-        yield CounterMetricFamily(
-            "ragserve:prefix_cache_queries",
-            "Prompt tokens looked up in the prefix cache.",
-            stats.prefix_cache_queries,
-        )
-        yield CounterMetricFamily(
-            "ragserve:prefix_cache_hits",
-            "Prompt tokens served from the prefix cache.",
-            stats.prefix_cache_hits,
-        )
-        yield CounterMetricFamily(
-            "ragserve:num_preemptions",
-            "Sequences preempted for lack of KV blocks.",
-            stats.num_preemptions,
-        )
-        yield CounterMetricFamily(
-            "ragserve:spec_decode_num_draft_tokens",
-            "Draft tokens verified by speculative decoding (prompt lookup).",
-            stats.spec_decode_draft_tokens,
-        )
-        yield CounterMetricFamily(
-            "ragserve:spec_decode_num_accepted_tokens",
-            "Draft tokens accepted: each is a decode step saved.",
-            stats.spec_decode_accepted_tokens,
-        )
+        by_replica = self.engine.replica_stats()
+        for name, documentation, field, is_counter in ENGINE_SERIES:
+            family_type = CounterMetricFamily if is_counter else GaugeMetricFamily
+            family = family_type(f"ragserve:{name}", documentation, labels=["replica"])
+            for replica, stats in sorted(by_replica.items()):
+                family.add_metric([replica], getattr(stats, field))
+            yield family
+        routes = self.engine.route_decisions()
+        if routes:
+            family = CounterMetricFamily(
+                "ragserve:router_decisions",
+                "Requests routed to each engine replica: prefix (the replica that last saw the "
+                "prompt's longest known prefix), fallback (that replica was saturated) or new "
+                "(no known prefix; the least loaded replica).",
+                labels=["decision", "replica"],
+            )
+            for (decision, replica), count in sorted(routes.items()):
+                family.add_metric([decision, replica], count)
+            yield family
 
 
 # The status page's percentiles cover this much of the recent past, and at most so many requests.
@@ -123,7 +132,7 @@ class RecentRequests:
 
 
 class ServerMetrics:
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: EngineClient) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(engine))
         ProcessCollector(registry=self.registry)

@@ -208,8 +208,15 @@ class RecentRequests(Body):
     e2e_ms: Percentiles
 
 
+class ReplicaLoad(Body):
+    running: int
+    waiting: int
+    kv_cache_usage: float
+
+
 class ServerStatus(Body):
-    """The engine's state now and the latencies of the requests finished lately."""
+    """The engine's state now (summed over replicas, and each replica's load) and the latencies
+    of the requests finished lately."""
 
     model: str
     running: int
@@ -220,3 +227,4 @@ class ServerStatus(Body):
     prefix_cache_hit_rate: float | None
     preemptions: int
     recent: RecentRequests
+    replicas: dict[str, ReplicaLoad]

@@ -5,10 +5,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragserve.engine.async_engine import AsyncEngine
-from ragserve.engine.engine import LLMEngine
+from ragserve.engine.client import EngineClient
 from ragserve.server.auth import KeyStore
-from ragserve.server.limits import AuthThrottle, UserLimiter
+from ragserve.server.limits import AuthThrottle, DemandLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.response_cache import ResponseCache
 from ragserve.services import RagServices
@@ -28,10 +27,9 @@ def weights_version(model_path: Path) -> str:
 @dataclass
 class ServerState:
     settings: Settings
-    engine: LLMEngine
-    async_engine: AsyncEngine
+    engine: EngineClient
     keys: KeyStore
-    limiter: UserLimiter
+    limiter: DemandLimiter
     auth_throttle: AuthThrottle
     metrics: ServerMetrics
     cache: ResponseCache | None

@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragserve.access import Principal
+from ragserve.engine.stats import EngineStats
 from ragserve.server.dependencies import principal, require_admin
 from ragserve.server.errors import APIError
 from ragserve.server.protocol import error_responses, now
@@ -27,7 +28,7 @@ def system_routes(state: ServerState) -> APIRouter:
 
     @router.get("/health", response_model=None, responses=json_body(Health) | error_responses(503))
     async def health() -> dict[str, str]:
-        if state.async_engine.error is not None:
+        if state.engine.error is not None:
             raise APIError(503, "the engine stopped", "server_error", "engine_dead")
         return {"status": "ok"}
 
@@ -88,7 +89,8 @@ def system_routes(state: ServerState) -> APIRouter:
         """The engine's load now and the latencies of the requests finished in the last
         minutes. The engine is shared by every tenant, so only administrators see it."""
         require_admin(who, "the server's status")
-        stats = state.engine.stats()
+        by_replica = state.engine.replica_stats()
+        stats = EngineStats.total(list(by_replica.values()))
         queries = stats.prefix_cache_queries
         return {
             "model": state.model_id,
@@ -102,6 +104,14 @@ def system_routes(state: ServerState) -> APIRouter:
             ),
             "preemptions": stats.num_preemptions,
             "recent": state.metrics.recent.summary(),
+            "replicas": {
+                name: {
+                    "running": s.num_running,
+                    "waiting": s.num_waiting,
+                    "kv_cache_usage": round(s.kv_cache_usage, 4),
+                }
+                for name, s in sorted(by_replica.items())
+            },
         }
 
     return router

@@ -6,9 +6,11 @@ import httpx
 from ragserve.bench.load import ServerProbe, counter_deltas
 
 METRICS = """# TYPE ragserve:num_requests_running gauge
-ragserve:num_requests_running 0.0
+ragserve:num_requests_running{replica="a"} 1.0
+ragserve:num_requests_running{replica="b"} 2.0
 # TYPE ragserve:kv_cache_usage_perc gauge
-ragserve:kv_cache_usage_perc 0.25
+ragserve:kv_cache_usage_perc{replica="a"} 0.25
+ragserve:kv_cache_usage_perc{replica="b"} 0.75
 # TYPE ragserve:request_success counter
 ragserve:request_success_total{finished_reason="abort"} 3.0
 """
@@ -22,7 +24,8 @@ def probe_of(handler) -> ServerProbe:
 def test_gauges_and_counters_from_prometheus_text():
     probe = probe_of(lambda request: httpx.Response(200, text=METRICS))
     gauges = asyncio.run(probe.gauges())
-    assert gauges["kv_cache_usage"] == 0.25 and gauges["running"] == 0
+    # Replicas' requests add up; their KV usage shares are averaged.
+    assert gauges["kv_cache_usage"] == 0.5 and gauges["running"] == 3
     assert math.isnan(gauges["waiting"]), "a gauge the server lacks reads NaN"
     values = asyncio.run(probe.read())
     before = {"ragserve:request_success_total{finished_reason=abort}": 1.0}

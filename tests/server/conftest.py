@@ -7,6 +7,7 @@ import pytest
 import uvicorn
 
 from ragserve.access import Role
+from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
 from ragserve.rag.embeddings import Embedder
@@ -25,7 +26,7 @@ class LiveServer:
 
     @property
     def engine(self) -> LLMEngine:
-        return self.state.engine
+        return self.state.engine.engine
 
     def key(
         self,
@@ -53,7 +54,7 @@ class LiveServer:
 
 
 def start_server(settings: Settings, engine: LLMEngine, embedder: Embedder) -> Iterator[LiveServer]:
-    app = build_app(settings, engine, embedder)
+    app = build_app(settings, AsyncEngine(engine), embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -11,6 +11,7 @@ import pytest
 from ragserve.access import Principal, Role
 from ragserve.engine.errors import EngineOverloadedError
 from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from ragserve.engine.stats import EngineStats
 from ragserve.server.completions import complete
 from ragserve.server.errors import APIError, Rejection
 from ragserve.server.limits import AuthThrottle, UserLimiter
@@ -43,9 +44,6 @@ class ScriptedStream:
         for item in self.outputs:
             yield item
 
-    async def final(self) -> RequestOutput:
-        return self.outputs[-1]
-
     def close(self) -> None:
         self.closed = True
 
@@ -55,7 +53,12 @@ class ScriptedEngine:
         self.outputs = outputs
         self.calls = 0
 
-    def add_request(self, *args: object) -> ScriptedStream:
+    max_model_len = 64
+
+    def replica_stats(self) -> dict[str, EngineStats]:
+        return {"local": EngineStats(0, 0, 0, 8, 8, 0, 0, 0)}
+
+    async def add_request(self, *args: object) -> ScriptedStream:
         self.calls += 1
         if isinstance(self.outputs, Exception):
             raise self.outputs
@@ -63,16 +66,13 @@ class ScriptedEngine:
 
 
 def state_with(engine: ScriptedEngine, tmp_path) -> ServerState:
-    stats = SimpleNamespace(num_running=0, num_waiting=0)
-    model = SimpleNamespace(max_model_len=64, stats=lambda: stats)
     return ServerState(
         settings=Settings(data_dir=tmp_path),
-        engine=model,  # type: ignore[arg-type]
-        async_engine=engine,  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
         keys=None,  # type: ignore[arg-type]
         limiter=UserLimiter(1, 10_000),
         auth_throttle=AuthThrottle(20),
-        metrics=ServerMetrics(model),  # type: ignore[arg-type]
+        metrics=ServerMetrics(engine),  # type: ignore[arg-type]
         cache=ResponseCache(60, 10),
         model_id="m",
         weights_version="w",
@@ -150,7 +150,7 @@ def test_refusals_release_the_limiter(tmp_path, failure, status, rejection):
     engine = ScriptedEngine(failure or [output(["x"], ["stop"])])
     state = state_with(engine, tmp_path)
     if failure is None:
-        state.limiter.acquire("u", 1)  # the user's one slot is taken
+        asyncio.run(state.limiter.acquire("u", 1))  # the user's one slot is taken
     body = CompletionRequest(model="m", prompt="x", temperature=1.0)
     with pytest.raises(APIError) as refused:
         asyncio.run(complete(state, body, PROMPT, REQUEST, WHO, None))

@@ -1,3 +1,5 @@
+import asyncio
+
 import pytest
 
 from ragserve.server import limits
@@ -13,31 +15,31 @@ def clock(monkeypatch):
 
 def test_concurrency_is_per_user_and_released(clock):
     limiter = UserLimiter(max_concurrent=2, tokens_per_minute=10_000)
-    limiter.acquire("alice", 10)
-    limiter.acquire("alice", 10)
+    asyncio.run(limiter.acquire("alice", 10))
+    asyncio.run(limiter.acquire("alice", 10))
     with pytest.raises(LimitExceeded) as refused:
-        limiter.acquire("alice", 10)
+        asyncio.run(limiter.acquire("alice", 10))
     assert refused.value.limit == "per_user_concurrency" and refused.value.retry_after_s >= 1
-    limiter.acquire("bob", 10)  # another user is not affected
+    asyncio.run(limiter.acquire("bob", 10))  # another user is not affected
     limiter.release("alice", 0)
-    limiter.acquire("alice", 10)
+    asyncio.run(limiter.acquire("alice", 10))
 
 
 def test_tokens_per_minute_window_counts_prompt_and_output(clock):
     limiter = UserLimiter(max_concurrent=10, tokens_per_minute=100)
-    limiter.acquire("alice", 60)
+    asyncio.run(limiter.acquire("alice", 60))
     limiter.release("alice", 30)  # 90 spent
     with pytest.raises(LimitExceeded) as refused:
-        limiter.acquire("alice", 20)
+        asyncio.run(limiter.acquire("alice", 20))
     assert refused.value.limit == "per_user_tokens"
     assert refused.value.retry_after_s == pytest.approx(60.0)
     clock[0] += 61  # the window has moved past both charges
-    limiter.acquire("alice", 20)
+    asyncio.run(limiter.acquire("alice", 20))
 
 
 def test_a_first_request_larger_than_the_budget_is_admitted(clock):
     # Refusing it would refuse it forever: an empty window admits any one request.
-    UserLimiter(max_concurrent=1, tokens_per_minute=10).acquire("alice", 500)
+    asyncio.run(UserLimiter(max_concurrent=1, tokens_per_minute=10).acquire("alice", 500))
 
 
 def test_failed_keys_throttle_their_client_for_the_rest_of_the_minute(clock):

@@ -1,0 +1,81 @@
+"""What the server and the RAG path use of an engine, wherever it runs: in this process
+(AsyncEngine) or as replicas behind Ray Serve (ragserve.cluster.remote_engine.RemoteEngine).
+
+Both speak in token ids: the caller tokenizes, so a request that reaches an engine is already
+within its limits, and a router in front of replicas can see the prompt's prefix.
+"""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol
+
+from transformers import PreTrainedTokenizerBase
+
+from ragserve.engine.cache_salt import CacheSalt
+from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.stats import EngineStats
+
+
+class TokenizedModel(Protocol):
+    """The model as prompt building sees it: its tokenizer and context length."""
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+
+class OutputStream(Protocol):
+    """One request's outputs as they come; close() aborts it if unfinished."""
+
+    # When each output arrived (time.monotonic()), for inter-token latency.
+    token_times: list[float]
+
+    def __aiter__(self) -> AsyncIterator[RequestOutput]: ...
+
+    def close(self) -> None: ...
+
+
+async def final_output(stream: OutputStream) -> RequestOutput:
+    """The last output: the whole result of a request that is not streamed."""
+    last = None
+    async for output in stream:
+        last = output
+    assert last is not None
+    return last
+
+
+class EngineClient(TokenizedModel, Protocol):
+    @property
+    def model_path(self) -> Path: ...
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the engine stopped, or None while it serves."""
+
+    def check_token_ids(self, token_ids: list[int]) -> None:
+        """Raise InvalidRequestError for ids outside the vocabulary."""
+
+    def replica_stats(self) -> dict[str, EngineStats]:
+        """Each replica's occupancy and counters, by replica name."""
+
+    def route_decisions(self) -> dict[tuple[str, str], int]:
+        """Requests routed so far by (decision, replica); empty where nothing routes."""
+
+    async def add_request(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        request_id: str,
+        user: str,
+        cache_salt: str | CacheSalt,
+        priority: int = 0,
+    ) -> OutputStream:
+        """Queue a request; raises the engine's validation and overload errors (EngineError)
+        or EngineDeadError at once."""
+
+    def start(self) -> None: ...
+
+    def shutdown(self) -> None: ...
