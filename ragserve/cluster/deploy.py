@@ -70,11 +70,14 @@ def application(settings: Settings) -> Application:
         max_ongoing_requests=settings.max_num_seqs + settings.max_queued_requests,
         **({"request_router_config": router} if router else {}),
     )
+    # API replicas run on this node, where data_dir (the key file, a SQLite store) is; engine
+    # replicas wherever the cluster has CPUs.
+    this_node = f"node:{ray.util.get_node_ip_address()}"
     api = serve.deployment(
         Api,
         name="api",
         num_replicas=settings.api_replicas,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options={"num_cpus": 0, "resources": {this_node: 0.001}},
         max_ongoing_requests=10_000,
     )
     # Settings travel as their values: every replica builds its own.
