@@ -146,6 +146,10 @@ def serve(
     burstiness: Annotated[float, typer.Option(help="Gamma shape of the gaps; 1 is Poisson.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
     cancel_share: CancelShareOption = 0.0,
+    constrained_share: Annotated[
+        float,
+        typer.Option(help="Share of requests whose output must match a JSON schema."),
+    ] = 0.0,
     slo: SloOption = None,
     sweep_rates: SweepOption = None,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
@@ -155,6 +159,8 @@ def serve(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Load an OpenAI-compatible server's /v1/completions with realistic lengths and arrivals."""
+    if not 0 <= constrained_share <= 1:
+        raise typer.BadParameter("--constrained-share must be within [0, 1]")
     plan = load_plan(
         (request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates
     )
@@ -162,14 +168,30 @@ def serve(
         dataset_name, input_len, output_len, prefix_len, prefix_groups, max_prompt, max_total
     )
     keys = api_key or [""]
-    make_jobs, model = completion_jobs(url, keys, model, dataset, tokenizer, seed)
+    make_jobs, model = completion_jobs(
+        url, keys, model, dataset, tokenizer, seed, constrained_share
+    )
     runs = run_plan(url, lambda run_seed: make_jobs(run_seed, num_requests), plan)
     workload_text = (
         f"{dataset_name}, {num_requests} requests, {dataset.describe()}, "
-        f"burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}"
+        f"burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}, "
+        f"constrained share {constrained_share}"
     )
     meta = {"url": url, "model": model, "workload": workload_text, "seed": seed}
     write_load_report("Serving benchmark", meta, runs, out, name, as_json)
+
+
+@bench_app.command("grammar")
+def grammar(
+    model: ModelOption = None,
+    batches: Annotated[str, typer.Option(help="Constrained sequences per step.")] = "1,8,32",
+) -> None:
+    """What structured output costs per step: compiling a JSON schema, filling and applying
+    the masks of a batch of constrained sequences."""
+    from ragserve.bench.grammar import measure
+
+    sizes = [int(b) for b in batches.split(",")]
+    Console().print_json(data=measure(model or DEFAULT_MODEL, sizes))
 
 
 @bench_app.command("soak")

@@ -108,8 +108,10 @@ async def completion(
     key: str,
     user: str,
     cancel_after: int | None = None,
+    extra: dict[str, object] | None = None,
 ) -> RequestResult:
-    body = {
+    """A streamed completion of max_tokens tokens; extra: more body fields."""
+    body = (extra or {}) | {
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,

@@ -86,11 +86,33 @@ def random_text(tokenizer: str, seed: int) -> "RandomText":
     return RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
 
 
+# A JSON object whose string field can run to any length: a constrained request still
+# generates about the tokens it asks for (EOS is ignored), so runs compare like with like.
+CONSTRAINED_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "note",
+        "schema": {
+            "type": "object",
+            "properties": {"topic": {"type": "string"}, "note": {"type": "string"}},
+            "required": ["topic", "note"],
+        },
+    },
+}
+
+
 def completion_jobs(
-    url: str, keys: list[str], model: str | None, dataset: "Dataset", tokenizer: str, seed: int
+    url: str,
+    keys: list[str],
+    model: str | None,
+    dataset: "Dataset",
+    tokenizer: str,
+    seed: int,
+    constrained_share: float = 0.0,
 ) -> tuple[JobMaker, str]:
     """Streamed /v1/completions jobs of the dataset, round-robin over the keys, and the model
-    they ask for (the server's first when model is None)."""
+    they ask for (the server's first when model is None); constrained_share of them, spread
+    evenly, must answer in JSON (CONSTRAINED_FORMAT)."""
     import httpx
 
     from ragserve.bench.client import completion
@@ -105,8 +127,10 @@ def completion_jobs(
 
     def job(spec: RequestSpec, n: int) -> "Job":
         key, user = caller(keys, n)
+        constrained = int((n + 1) * constrained_share) > int(n * constrained_share)
+        extra = {"response_format": CONSTRAINED_FORMAT} if constrained else {}
         return lambda client, cancel_after: completion(
-            client, served, spec.prompt, spec.output_tokens, key, user, cancel_after
+            client, served, spec.prompt, spec.output_tokens, key, user, cancel_after, extra
         )
 
     def make_jobs(run_seed: int, count: int) -> list[tuple["Job", int]]:

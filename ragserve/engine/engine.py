@@ -4,6 +4,7 @@ add_request and abort_request may be called from any thread; they hand work to t
 through a locked inbox, so the scheduler and KV cache are only ever touched by step().
 """
 
+import functools
 import itertools
 import json
 import threading
@@ -31,6 +32,7 @@ from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.scheduler import Scheduler
 from ragserve.engine.sequence import Sequence, SequenceStatus
 from ragserve.engine.stats import EngineStats, StepTimes
+from ragserve.engine.structured import Grammars
 
 
 class LLMEngine:
@@ -84,6 +86,11 @@ class LLMEngine:
         self._ids = itertools.count()
         self.step_times = StepTimes()
 
+    @functools.cached_property
+    def grammars(self) -> Grammars:
+        """Built on the first constrained request (reading the vocabulary takes ~1 s)."""
+        return Grammars(self.tokenizer, self.model.spec.vocab_size, self.eos_token_ids)
+
     @property
     def model_id(self) -> str:
         return self.config.model
@@ -123,6 +130,8 @@ class LLMEngine:
             if any(t >= vocab for t in ids):
                 raise InvalidRequestError(f"{name} token ids must lie in [0, {vocab})")
         max_tokens = self._max_tokens(len(token_ids), params)
+        if params.constraint is not None:
+            self.grammars.compile(params.constraint)  # a bad one is refused here
         if self.config.batch_invariant and not params.batch_invariant:
             params = replace(params, batch_invariant=True)
         request_id = request_id or f"req-{next(self._ids)}"
@@ -139,6 +148,8 @@ class LLMEngine:
                 priority=priority,
                 index=index,
             )
+            if params.constraint is not None:
+                seq.matcher = self.grammars.matcher(params.constraint)
             if params.seed is not None:
                 # Each choice its own stream of noise, reproducible from the request's seed.
                 seq.generator = torch.Generator().manual_seed(params.seed + index)
@@ -267,10 +278,16 @@ class LLMEngine:
             # Counted as if the tokens arrived one per step, as they would without a draft.
             num_output = position + 1 - seq.num_prompt_tokens
             stop_token = self._is_stop_token(seq.params, token)
+            if seq.matcher is not None:
+                seq.matcher.consume_token(token)
             # A stop token's text is not part of the output unless asked for, as in vLLM.
             if not stop_token or seq.params.include_stop_str_in_output:
                 detokenizer.add(token, num_output >= seq.params.min_tokens)
-            reason = "stop" if stop_token else self._finish_reason(seq, num_output, detokenizer)
+            # Nothing can follow a complete match: done without another step for EOS.
+            matched = seq.matcher is not None and seq.matcher.is_stopped()
+            reason = self._finish_reason(seq, num_output, detokenizer)
+            if stop_token or matched:
+                reason = "stop"
             if reason is not None:
                 del seq.token_ids[position + 1 :]
                 self.scheduler.finish(seq, reason)

@@ -1,5 +1,6 @@
 """Adjusts a step's logits before sampling, for the sequences whose parameters ask for it:
-logit bias, min_tokens, and the repetition, presence and frequency penalties.
+logit bias, min_tokens, the repetition, presence and frequency penalties, and last the masks of
+constrained sequences (structured output).
 
 Definitions follow vLLM (and OpenAI for the penalties): the repetition penalty covers prompt
 and output tokens, the presence and frequency penalties only the output. Rows are adjusted one
@@ -9,6 +10,7 @@ by one because few sequences use these and each needs its own token counts.
 import torch
 
 from ragserve.engine.sequence import Sequence
+from ragserve.engine.structured import mask_logits
 
 
 class LogitsProcessor:
@@ -18,11 +20,14 @@ class LogitsProcessor:
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Return logits with every row adjusted as its sequence asks (a copy when any is)."""
         rows = [i for i, seq in enumerate(seqs) if seq.params.adjusts_logits]
-        if not rows:
+        constrained = any(seq.matcher is not None for seq in seqs)
+        if not rows and not constrained:
             return logits
         logits = logits.clone()
         for row in rows:
             logits[row] = self._adjust(logits[row], seqs[row])
+        if constrained:
+            mask_logits(logits, [seq.matcher for seq in seqs])
         return logits
 
     def _adjust(self, row: torch.Tensor, seq: Sequence) -> torch.Tensor:

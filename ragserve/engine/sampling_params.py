@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from ragserve.engine.errors import InvalidRequestError
+from ragserve.engine.structured import OutputConstraint
 
 MAX_LOGPROBS = 20
 # Choices per request: each is a sequence of its own in the batch, so n multiplies the work.
@@ -46,6 +47,9 @@ class SamplingParams:
     # Compute this request in the batch-invariant mode (model.py): greedy decoding then gives
     # the same tokens whatever the batch, chunking or prefix cache; slower on long prompts.
     batch_invariant: bool = False
+    # The output must match this (structured.py): only tokens that can continue a match are
+    # sampled.
+    constraint: OutputConstraint | None = None
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +93,9 @@ class SamplingParams:
             raise InvalidRequestError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
         if any(t < 0 for t in self.stop_token_ids or []):
             raise InvalidRequestError("stop_token_ids must be non-negative")
+        if self.constraint is not None and self.min_tokens:
+            # A complete match allows only EOS, which min_tokens would forbid.
+            raise InvalidRequestError("min_tokens cannot be combined with structured output")
 
     @property
     def greedy(self) -> bool:
@@ -98,7 +105,12 @@ class SamplingParams:
     def speculatable(self) -> bool:
         """Whether draft tokens can be checked against this request's own choices: plain
         greedy decoding, so a token is accepted exactly when it is the argmax."""
-        return self.greedy and not self.adjusts_logits and self.logprobs is None
+        return (
+            self.greedy
+            and not self.adjusts_logits
+            and self.logprobs is None
+            and self.constraint is None
+        )
 
     @property
     def adjusts_logits(self) -> bool:

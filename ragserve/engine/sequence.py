@@ -4,6 +4,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+import llguidance
 import torch
 
 from ragserve.engine.cache_salt import CacheSalt
@@ -42,6 +43,8 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: str | None = None
     generator: torch.Generator | None = None
+    # Tracks the output against the request's constraint (structured.py), if it has one.
+    matcher: llguidance.LLMatcher | None = None
     # Per output token, when the request asked for logprobs: {token id: log-probability}.
     logprobs: list[dict[int, float]] = field(default_factory=list)
     first_scheduled_time: float | None = None

@@ -4,7 +4,7 @@ a cached completion as events."""
 
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragserve.engine.client import OutputStream
@@ -17,12 +17,14 @@ from ragserve.server.protocol import (
     Usage,
     now,
 )
+from ragserve.server.tool_calls import CallStream, ToolCall, ToolUse
 
 
 @dataclass
 class Choice:
     text: str
     finish_reason: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -44,8 +46,14 @@ def usage_of(output: RequestOutput) -> Usage:
     )
 
 
-def completion_of(output: RequestOutput) -> Completion:
-    return Completion([Choice(c.text, c.finish_reason) for c in output.outputs], usage_of(output))
+def completion_of(output: RequestOutput, tools: ToolUse | None = None) -> Completion:
+    """The response's content; with tools, a reply that calls them as its tool calls."""
+    choices = []
+    for c in output.outputs:
+        calls = tools.calls(c.text) if tools is not None and c.finish_reason == "stop" else []
+        called = Choice("", "tool_calls", calls) if calls else None
+        choices.append(called or Choice(c.text, c.finish_reason))
+    return Completion(choices, usage_of(output))
 
 
 def wire_finish_reason(reason: str | None) -> str | None:
@@ -62,6 +70,7 @@ class Reply:
         request_id: str,
         chat: bool,
         echo: str | None,
+        tools: ToolUse | None = None,
     ) -> None:
         self.model = model
         self.body = body
@@ -69,13 +78,20 @@ class Reply:
         self.chat = chat
         self.echo = echo or ""
         self.kind = "chat.completion" if chat else "text_completion"
+        self.tools = tools
 
     def json(self, result: Completion) -> dict[str, Any]:
         choices = []
         for index, choice in enumerate(result.choices):
             reason = wire_finish_reason(choice.finish_reason)
             if self.chat:
-                message = {"role": "assistant", "content": choice.text}
+                message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+                if choice.tool_calls:
+                    message = {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [call.wire() for call in choice.tool_calls],
+                    }
                 choices.append(
                     {"index": index, "message": message, "finish_reason": reason, "logprobs": None}
                 )
@@ -115,6 +131,9 @@ class Reply:
             delta["content"] = text
         return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
 
+    def _delta(self, index: int, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
+        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
+
     def _openings(self, n: int) -> list[str]:
         """What precedes the generated text of each choice: the role, or the echoed prompt."""
         if self.chat:
@@ -129,6 +148,7 @@ class Reply:
         output = None
         sent = [0] * self.body.n
         ended = [False] * self.body.n
+        calls = [CallStream(self.tools) for _ in range(self.body.n)] if self.tools else []
         try:
             for event in self._openings(self.body.n):
                 yield event
@@ -139,7 +159,11 @@ class Reply:
                     sent[choice.index] = len(choice.text)
                     done = choice.finish_reason is not None and not ended[choice.index]
                     ended[choice.index] = choice.finish_reason is not None
-                    if piece or done:
+                    if calls:
+                        reason = wire_finish_reason(choice.finish_reason) if done else None
+                        for delta, finish in calls[choice.index].feed(piece, reason):
+                            yield self._event([self._delta(choice.index, delta, finish)], usage)
+                    elif piece or done:
                         yield self._event(
                             [
                                 self._choice(
@@ -166,7 +190,12 @@ class Reply:
         usage = cached.usage if self.body.continuous_usage else None
         for index, choice in enumerate(cached.choices):
             reason = wire_finish_reason(choice.finish_reason)
-            yield self._event([self._choice(index, choice.text, reason)], usage)
+            if choice.tool_calls:
+                wire = [{"index": i, **call.wire()} for i, call in enumerate(choice.tool_calls)]
+                delta = self._delta(index, {"tool_calls": wire}, reason)
+                yield self._event([delta], usage)
+            else:
+                yield self._event([self._choice(index, choice.text, reason)], usage)
         if self.body.final_usage:
             yield self._event([], cached.usage)
         yield "data: [DONE]\n\n"

@@ -20,10 +20,12 @@ from ragserve.engine.client import final_output
 from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.structured import OutputConstraint
 from ragserve.server.answers import rag_chat_completion
 from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
+from ragserve.server.lenient import unknown_fields
 from ragserve.server.limits import LimitExceeded
 from ragserve.server.protocol import (
     ChatCompletionRequest,
@@ -31,11 +33,11 @@ from ragserve.server.protocol import (
     SamplingFields,
     error_responses,
     new_id,
-    unknown_fields,
 )
 from ragserve.server.response_cache import cache_key
 from ragserve.server.responses import ChatCompletionResponse, CompletionResponse, json_or_events
 from ragserve.server.state import ServerState
+from ragserve.server.tool_calls import ToolUse
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +90,19 @@ def completion_routes(state: ServerState) -> APIRouter:
                     "invalid_parameter",
                     param="n",
                 )
+            if body.output_constraint() is not None:
+                raise invalid(
+                    "the +rag model answers in text with citations; for structured output "
+                    f"use {state.model_id!r}",
+                    "invalid_parameter",
+                    param="response_format",
+                )
             response = await rag_chat_completion(state, who, questions[-1], body.stream)
             return tell_ignored(response, ignored)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        tools = ToolUse.of(body.tools, body.tool_choice)
+        if tools is not None:
+            messages = tools.messages(messages)
         try:
             prompt = tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True
@@ -101,7 +113,7 @@ def completion_routes(state: ServerState) -> APIRouter:
                 "invalid_messages",
             ) from error
         token_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        response = await complete(state, body, token_ids, request, who, echo=None)
+        response = await complete(state, body, token_ids, request, who, echo=None, tools=tools)
         return tell_ignored(response, ignored)
 
     @router.post("/v1/completions", responses=json_or_events(CompletionResponse))
@@ -127,7 +139,12 @@ def completion_routes(state: ServerState) -> APIRouter:
     return router
 
 
-def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -> SamplingParams:
+def sampling_params(
+    state: ServerState,
+    body: SamplingFields,
+    prompt_len: int,
+    constraint: OutputConstraint | None = None,
+) -> SamplingParams:
     settings = state.settings
     requested = body.requested_max_tokens  # type: ignore[attr-defined]
     if requested is not None and requested > settings.max_tokens_cap:
@@ -163,6 +180,7 @@ def sampling_params(state: ServerState, body: SamplingFields, prompt_len: int) -
             ignore_eos=body.ignore_eos,
             batch_invariant=body.batch_invariant,
             skip_special_tokens=body.skip_special_tokens,
+            constraint=constraint,
         )
     except EngineError as error:
         raise invalid(str(error), "invalid_parameter") from error
@@ -175,8 +193,10 @@ async def complete(
     request: Request,
     who: Principal,
     echo: str | None,
+    tools: ToolUse | None = None,
 ) -> Response:
-    """Run one completion request; echo is the prompt text to send back first, if asked."""
+    """Run one completion request; echo is the prompt text to send back first, if asked;
+    tools, how a chat may call functions."""
     metrics = state.metrics
     chat = isinstance(body, ChatCompletionRequest)
     if body.model != state.model_id:
@@ -186,8 +206,9 @@ async def complete(
             "invalid_request_error",
             "model_not_found",
         )
-    params = sampling_params(state, body, len(token_ids))
-    reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo)
+    constraint = tools.constraint() if tools is not None else body.output_constraint()
+    params = sampling_params(state, body, len(token_ids), constraint)
+    reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools)
     key = None
     if state.cache is not None and body.deterministic:
         key = cache_key(
@@ -228,7 +249,7 @@ async def complete(
         metrics.observe_finished(output, stream.token_times)
         reasons = {c.finish_reason for c in output.outputs}
         if key is not None and state.cache is not None and reasons <= {"stop", "length"}:
-            state.cache.put(key, completion_of(output))
+            state.cache.put(key, completion_of(output, tools))
 
     if body.stream:
         return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
@@ -241,7 +262,7 @@ async def complete(
         finish(output)
     if output is None:  # the client left; nobody reads this
         return Response(status_code=499)
-    return JSONResponse(reply.json(completion_of(output)))
+    return JSONResponse(reply.json(completion_of(output, tools)))
 
 
 async def until_done_or_disconnected(

@@ -8,53 +8,29 @@ the meaning of the request that ragserve cannot honour, is refused with a 400 na
 ragserve's own API (answers, documents) refuses unknown fields outright.
 """
 
+import json
 import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from ragserve.engine.sampling_params import MAX_CHOICES, MAX_LOGIT_BIAS, MAX_PENALTY
-
-
-class Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-def unknown_fields(body: BaseModel, prefix: str = "") -> list[str]:
-    """Dotted names of the fields the body carried but does not define, nested ones included
-    (a field of list items is named once: messages.name). A name can be any JSON string, and
-    the names go into a response header (latin-1, one line): each is escaped to printable ASCII
-    as ascii() escapes it."""
-    found = [prefix + ascii(name)[1:-1] for name in body.model_extra or {}]
-    for name in type(body).model_fields:
-        value = getattr(body, name)
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, BaseModel):
-                found.extend(unknown_fields(item, f"{prefix}{name}."))
-    return list(dict.fromkeys(found))
+from ragserve.engine.structured import OutputConstraint
+from ragserve.server.constraints import (
+    NamedToolChoice,
+    ResponseFormat,
+    StructuredOutputs,
+    Tool,
+    ToolCallIn,
+)
+from ragserve.server.lenient import Lenient, refuse_if
 
 
 class StreamOptions(Lenient):
     include_usage: bool = False
     # vLLM's extension: usage (so far) on every chunk, not only in a last one.
     continuous_usage_stats: bool = False
-
-
-class ResponseFormat(Lenient):
-    type: str
-
-    @field_validator("type")
-    @classmethod
-    def text_only(cls, value: str) -> str:
-        if value != "text":
-            raise ValueError(f"{value!r} is not supported yet: only 'text' (no structured output)")
-        return value
-
-
-def refuse_if(condition: bool, message: str) -> None:
-    if condition:
-        raise ValueError(message)
 
 
 NO_LOGPROBS = "log-probabilities are not returned by this server"
@@ -89,6 +65,7 @@ class SamplingFields(Lenient):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
     user: str | None = None
     priority: int = 0
 
@@ -114,6 +91,22 @@ class SamplingFields(Lenient):
             f"best_of must equal n ({self.n}) if given: ranking candidates is unsupported",
         )
         return self
+
+    @model_validator(mode="after")
+    def one_constraint(self) -> "SamplingFields":
+        refuse_if(
+            self.structured_outputs is not None
+            and self.response_format is not None
+            and self.response_format.type != "text",
+            "give response_format or structured_outputs, not both",
+        )
+        return self
+
+    def output_constraint(self) -> OutputConstraint | None:
+        """What the output must match, if anything."""
+        if self.structured_outputs is not None:
+            return self.structured_outputs.constraint()
+        return self.response_format.constraint() if self.response_format else None
 
     @property
     def deterministic(self) -> bool:
@@ -142,13 +135,31 @@ class ContentPart(Lenient):
 
 
 class ChatMessage(Lenient):
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[ContentPart]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    # None only for an assistant message that called tools.
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def has_content(self) -> "ChatMessage":
+        refuse_if(
+            self.content is None and not (self.role == "assistant" and self.tool_calls),
+            f"a {self.role} message needs content",
+        )
+        return self
 
     def text(self) -> str:
+        """The content as text; an assistant's tool calls as the JSON the model writes."""
+        if self.tool_calls:
+            calls = [
+                {"name": c.function.name, "arguments": json.loads(c.function.arguments or "{}")}
+                for c in self.tool_calls
+            ]
+            return json.dumps(calls[0] if len(calls) == 1 else calls)
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content or [])
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -156,8 +167,8 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
     @field_validator("logprobs", "top_logprobs")
     @classmethod
@@ -167,15 +178,35 @@ class ChatCompletionRequest(SamplingFields):
 
     @field_validator("tools")
     @classmethod
-    def no_tools(cls, value: list[Any] | None) -> list[Any] | None:
-        refuse_if(bool(value), "tool calls are not supported yet")
-        return value
+    def distinct_names(cls, tools: list[Tool] | None) -> list[Tool] | None:
+        names = [tool.function.name for tool in tools or []]
+        refuse_if(len(set(names)) != len(names), "tools must have distinct names")
+        return tools
 
     @field_validator("tool_choice")
     @classmethod
-    def no_tool_choice(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-        refuse_if(value not in (None, "none", "auto"), "tool calls are not supported yet")
-        return value
+    def tool_choice_offered(
+        cls, choice: str | NamedToolChoice | None, info: ValidationInfo
+    ) -> str | NamedToolChoice | None:
+        names = [tool.function.name for tool in info.data.get("tools") or []]
+        refuse_if(
+            choice not in (None, "none", "auto") and not names,
+            "tool_choice asks for a tool call but no tools are given",
+        )
+        refuse_if(
+            isinstance(choice, NamedToolChoice) and choice.function.name not in names,
+            f"tool_choice names a function that is not in tools: {names}",
+        )
+        return choice
+
+    @model_validator(mode="after")
+    def tools_or_format(self) -> "ChatCompletionRequest":
+        uses_tools = bool(self.tools) and self.tool_choice != "none"
+        refuse_if(
+            uses_tools and self.output_constraint() is not None,
+            "give tools or a response_format/structured_outputs, not both",
+        )
+        return self
 
     @property
     def requested_max_tokens(self) -> int | None:

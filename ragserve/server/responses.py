@@ -16,7 +16,9 @@ class Body(BaseModel):
 
 class AssistantMessage(Body):
     role: Literal["assistant"]
-    content: str
+    # None when the reply is tool calls.
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class ChatChoice(Body):

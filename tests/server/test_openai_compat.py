@@ -77,7 +77,7 @@ def test_strict_request_fields_refuses_unknown_fields(server, headers):
         ("/v1/chat/completions", {"top_logprobs": 3}, "top_logprobs"),
         ("/v1/chat/completions", {"tools": [{"type": "function"}]}, "tools"),
         ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
-        ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/chat/completions", {"response_format": {"type": "yaml"}}, "response_format"),
         ("/v1/chat/completions", {"n": 17}, "n"),
         ("/v1/chat/completions", {"use_beam_search": True}, "use_beam_search"),
         ("/v1/chat/completions", {"presence_penalty": 3}, "presence_penalty"),

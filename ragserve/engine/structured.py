@@ -1,0 +1,109 @@
+"""Structured output: a request's output held to a JSON schema, a regular expression, a choice
+of strings or a Lark grammar, by masking the tokens that cannot continue a match before each
+sample. llguidance compiles the constraints and computes the masks (docs/benchmarks.md has
+why llguidance rather than xgrammar).
+
+A constraint is compiled once per distinct constraint (an LRU cache) and checked when the
+request is added, so a bad schema or regex is refused with its reason before anything runs.
+Each constrained sequence has its own matcher, which consumes the sequence's tokens as they are
+accepted; one executor fills the masks of a step's constrained sequences in parallel threads.
+"""
+
+import functools
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+import llguidance
+import llguidance.hf
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ragserve.engine.errors import InvalidRequestError
+
+CACHED_GRAMMARS = 256
+
+
+@dataclass(frozen=True)
+class OutputConstraint:
+    """What a request's output must match. spec: the JSON schema as JSON text (json), the
+    regular expression (regex), the JSON list of strings (choice), or a Lark grammar."""
+
+    kind: Literal["json", "regex", "choice", "grammar"]
+    spec: str
+
+
+def grammar_of(constraint: OutputConstraint) -> str:
+    """llguidance's grammar for the constraint (not yet checked)."""
+    if constraint.kind == "json":
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            constraint.spec, defaults={"whitespace_flexible": False}
+        )
+    if constraint.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(constraint.spec)
+    if constraint.kind == "choice":
+        # Each choice as a quoted Lark string literal: an exact alternative.
+        choices = " | ".join(json.dumps(c) for c in json.loads(constraint.spec))
+        return llguidance.LLMatcher.grammar_from_lark(f"start: {choices}")
+    return llguidance.LLMatcher.grammar_from_lark(constraint.spec)
+
+
+class Grammars:
+    """The model's tokenizer as llguidance sees it, compiled constraints, and masks."""
+
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, eos_token_ids: set[int]
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.tokenizer = llguidance.hf.from_tokenizer(
+            tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids)
+        )
+        self._compiled: OrderedDict[OutputConstraint, str] = OrderedDict()
+
+    def compile(self, constraint: OutputConstraint) -> str:
+        """The checked grammar; InvalidRequestError with the reason when it does not compile."""
+        grammar = self._compiled.get(constraint)
+        if grammar is None:
+            try:
+                grammar = grammar_of(constraint)
+            except ValueError as error:
+                message = f"invalid {constraint.kind} constraint: {error}"
+                raise InvalidRequestError(message) from error
+            problem = llguidance.LLMatcher.validate_grammar(grammar, self.tokenizer)
+            if problem:
+                raise InvalidRequestError(f"invalid {constraint.kind} constraint: {problem}")
+            self._compiled[constraint] = grammar
+            while len(self._compiled) > CACHED_GRAMMARS:
+                self._compiled.popitem(last=False)
+        self._compiled.move_to_end(constraint)
+        return grammar
+
+    def matcher(self, constraint: OutputConstraint) -> llguidance.LLMatcher:
+        return llguidance.LLMatcher(self.tokenizer, self.compile(constraint), log_level=0)
+
+
+@functools.cache
+def executor() -> llguidance.LLExecutor:
+    return llguidance.LLExecutor()
+
+
+def mask_logits(logits: torch.Tensor, matchers: list[llguidance.LLMatcher | None]) -> None:
+    """Set to -inf, in place, the logits of the tokens each row's matcher does not allow (rows
+    without a matcher are left alone)."""
+    rows = [i for i, m in enumerate(matchers) if m is not None]
+    if not rows:
+        return
+    vocab = logits.shape[1]
+    words = (vocab + 31) // 32
+    bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
+    work = [(matchers[row], k) for k, row in enumerate(rows)]
+    executor().unsafe_compute_mask_ptr(work, bitmask.data_ptr(), words * 4, len(rows))
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=vocab, bitorder="little")
+    banned = torch.from_numpy(bits) == 0
+    if len(rows) == logits.shape[0]:
+        logits.masked_fill_(banned, float("-inf"))
+        return
+    index = torch.tensor(rows)
+    logits[index] = logits[index].masked_fill(banned, float("-inf"))
