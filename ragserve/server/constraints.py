@@ -4,7 +4,7 @@ structured_outputs, and the tools a chat may call; each says what the output mus
 import json
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ragserve.engine.structured import OutputConstraint
 from ragserve.server.lenient import Lenient, refuse_if
@@ -72,6 +72,16 @@ class FunctionCall(Lenient):
     name: str
     # The arguments as JSON text, as OpenAI sends them.
     arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def json_object(cls, value: str) -> str:
+        try:
+            parsed = json.loads(value or "{}")
+        except json.JSONDecodeError as error:
+            raise ValueError(f"tool call arguments must be JSON: {error}") from error
+        refuse_if(not isinstance(parsed, dict), "tool call arguments must be a JSON object")
+        return value
 
 
 class ToolCallIn(Lenient):

@@ -252,6 +252,17 @@ def test_auto_lets_the_model_answer_in_text_or_call(api):
         assert message.content
 
 
+def test_a_history_call_with_arguments_that_are_not_json_is_a_400(api):
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        api.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "assistant", "content": None, "tool_calls": [call]}],
+            max_tokens=8,
+        )
+    assert "must be json" in refused.value.message.lower()
+
+
 def test_a_tool_choice_naming_no_offered_tool_is_a_400(api):
     with pytest.raises(openai.BadRequestError) as refused:
         api.chat.completions.create(
