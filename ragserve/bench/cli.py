@@ -8,8 +8,10 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 
+from ragserve.bench.grammar import grammar_command
 from ragserve.bench.load_options import (
     CancelShareOption,
+    ConstrainedShareOption,
     DatasetOption,
     InputLenOption,
     KeyOption,
@@ -33,6 +35,7 @@ from ragserve.bench.load_options import (
     token_range,
     write_load_report,
 )
+from ragserve.bench.oracle_command import cache_oracle
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print figures and reports).")
@@ -146,10 +149,7 @@ def serve(
     burstiness: Annotated[float, typer.Option(help="Gamma shape of the gaps; 1 is Poisson.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
     cancel_share: CancelShareOption = 0.0,
-    constrained_share: Annotated[
-        float,
-        typer.Option(help="Share of requests whose output must match a JSON schema."),
-    ] = 0.0,
+    constrained_share: ConstrainedShareOption = 0.0,
     slo: SloOption = None,
     sweep_rates: SweepOption = None,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
@@ -159,8 +159,6 @@ def serve(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Load an OpenAI-compatible server's /v1/completions with realistic lengths and arrivals."""
-    if not 0 <= constrained_share <= 1:
-        raise typer.BadParameter("--constrained-share must be within [0, 1]")
     plan = load_plan(
         (request_rate, burstiness, max_concurrency, cancel_share, seed), slo, sweep_rates
     )
@@ -181,17 +179,7 @@ def serve(
     write_load_report("Serving benchmark", meta, runs, out, name, as_json)
 
 
-@bench_app.command("grammar")
-def grammar(
-    model: ModelOption = None,
-    batches: Annotated[str, typer.Option(help="Constrained sequences per step.")] = "1,8,32",
-) -> None:
-    """What structured output costs per step: compiling a JSON schema, filling and applying
-    the masks of a batch of constrained sequences."""
-    from ragserve.bench.grammar import measure
-
-    sizes = [int(b) for b in batches.split(",")]
-    Console().print_json(data=measure(model or DEFAULT_MODEL, sizes))
+bench_app.command("grammar")(grammar_command)
 
 
 @bench_app.command("soak")
@@ -323,48 +311,4 @@ def rag(
     write_load_report("RAG answer benchmark", meta, runs, out, name, as_json)
 
 
-@bench_app.command("cache-oracle")
-def cache_oracle(
-    url: UrlOption,
-    admin_key: Annotated[str, typer.Option(help="A key that may add and delete documents.")],
-    reader_key: Annotated[str, typer.Option(help="A key in the restricted group.")],
-    outsider_key: Annotated[str, typer.Option(help="A key of the same tenant, outside it.")],
-    restricted_group: str = "board",
-    trials: int = 100,
-    model: Annotated[str, typer.Option(help="The served model (for its tokenizer).")] = (
-        DEFAULT_MODEL
-    ),
-    answer_max_tokens: Annotated[int, typer.Option(help="The server's setting.")] = 48,
-    evidence_budget: Annotated[int, typer.Option(help="The server's setting.")] = 256,
-    datamark: Annotated[bool, typer.Option(help="The server's setting.")] = True,
-    evidence_sentences: Annotated[int, typer.Option(help="The server's setting.")] = 3,
-    seed: int = 0,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Can a caller confirm a guess at a document it may not read, through the prefix cache
-    (cached tokens, time to first token)? Run it against a server whose answers run the model
-    (answer_style = "generate"); see ragserve/bench/oracle.py."""
-    from ragserve.bench.oracle import Oracle, OracleSettings, to_markdown
-    from ragserve.reports import write_report
-
-    settings = OracleSettings(
-        url,
-        admin_key,
-        reader_key,
-        outsider_key,
-        restricted_group,
-        model,
-        answer_max_tokens,
-        evidence_budget,
-        datamark,
-        evidence_sentences=evidence_sentences,
-        trials=trials,
-        seed=seed,
-    )
-    report = Oracle(settings).run()
-    write_report(out, "cache-oracle", report, to_markdown(report))
-    if as_json:
-        print(json.dumps(report))
-    else:
-        Console().print(Markdown(to_markdown(report)))
+bench_app.command("cache-oracle")(cache_oracle)

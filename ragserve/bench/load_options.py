@@ -33,6 +33,9 @@ SloOption = Annotated[
     list[str] | None, typer.Option("--slo", help="ttft:MS, tpot:MS or e2e:MS; repeatable.")
 ]
 CancelShareOption = Annotated[float, typer.Option(help="Share of clients that cancel mid-stream.")]
+ConstrainedShareOption = Annotated[
+    float, typer.Option(help="Share of requests whose output must match a JSON schema.")
+]
 ModelOption = Annotated[str | None, typer.Option(help="Model id (default: the server's first).")]
 DatasetOption = Annotated[str, typer.Option(help="random, sharegpt or shared-prefix.")]
 InputLenOption = Annotated[
@@ -118,6 +121,8 @@ def completion_jobs(
     from ragserve.bench.client import completion
     from ragserve.bench.workload import RequestSpec
 
+    if not 0 <= constrained_share <= 1:
+        raise typer.BadParameter("--constrained-share must be within [0, 1]")
     text = random_text(tokenizer, seed)
     if model is None:
         headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
