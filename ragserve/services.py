@@ -73,7 +73,7 @@ class RagServices:
         builder = PromptBuilder(
             engine.tokenizer,
             engine.max_model_len,
-            settings.answer_max_tokens,
+            settings.answer_output_reserve,
             settings.evidence_budget_tokens,
             settings.datamark,
         )

@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     extractive_fallback: bool = ANSWER["extractive_fallback"]
     support_threshold: float = Field(ANSWER["support_threshold"], ge=0, le=1)
     answer_max_tokens: int = Field(ANSWER["max_tokens"], ge=1)
+    # Output tokens of an answer held to a client's JSON schema (response_format).
+    structured_answer_max_tokens: int = Field(ANSWER["structured_max_tokens"], ge=1)
     evidence_budget_tokens: int = Field(256, ge=64)
     datamark: bool = True
     reranker: str | None = None
@@ -176,11 +178,17 @@ class Settings(BaseSettings):
     def evidence_settings(self) -> EvidenceSettings:
         return EvidenceSettings(sentences=self.evidence_sentences)
 
+    @property
+    def answer_output_reserve(self) -> int:
+        """Tokens an answer prompt leaves for the reply, text or schema answer."""
+        return max(self.answer_max_tokens, self.structured_answer_max_tokens)
+
     def answer_settings(self) -> AnswerSettings:
         return AnswerSettings(
             top_k=self.retrieval_top_k,
             support_threshold=self.support_threshold,
             max_tokens=self.answer_max_tokens,
+            structured_max_tokens=self.structured_answer_max_tokens,
             extractive_fallback=self.extractive_fallback,
             style=self.answer_style,
         )

@@ -50,6 +50,21 @@ def grammar_of(constraint: OutputConstraint) -> str:
     return llguidance.LLMatcher.grammar_from_lark(constraint.spec)
 
 
+def checked_grammar(
+    constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer | None = None
+) -> str:
+    """The constraint's grammar; InvalidRequestError with the reason when it does not compile
+    (without a tokenizer: checked as far as it can be away from the engine)."""
+    try:
+        grammar = grammar_of(constraint)
+        problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
+    except ValueError as error:
+        problem = str(error)
+    if problem:
+        raise InvalidRequestError(f"invalid {constraint.kind} constraint: {problem}")
+    return grammar
+
+
 class Grammars:
     """The model's tokenizer as llguidance sees it, compiled constraints, and masks."""
 
@@ -66,14 +81,7 @@ class Grammars:
         """The checked grammar; InvalidRequestError with the reason when it does not compile."""
         grammar = self._compiled.get(constraint)
         if grammar is None:
-            try:
-                grammar = grammar_of(constraint)
-            except ValueError as error:
-                message = f"invalid {constraint.kind} constraint: {error}"
-                raise InvalidRequestError(message) from error
-            problem = llguidance.LLMatcher.validate_grammar(grammar, self.tokenizer)
-            if problem:
-                raise InvalidRequestError(f"invalid {constraint.kind} constraint: {problem}")
+            grammar = checked_grammar(constraint, self.tokenizer)
             self._compiled[constraint] = grammar
             while len(self._compiled) > CACHED_GRAMMARS:
                 self._compiled.popitem(last=False)

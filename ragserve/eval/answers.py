@@ -13,6 +13,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from ragserve.engine.cache_salt import Narrowing
 from ragserve.engine.outputs import RequestOutput
@@ -41,10 +42,16 @@ LEADING_CITATIONS = re.compile(r"(?:\s*\[\d+\])*")
 
 def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[CitedSentence]:
     """The answer's sentences, each with the text of the passages its [n] markers name;
-    markers after a sentence's full stop ("... 1279. [1]", as a quote is cited) are its own."""
+    markers after a sentence's full stop ("... 1279. [1]", as a quote is cited) are its own.
+    A schema answer's claims are its supported values, each with the sources of its field."""
     chunk_of = {c.n: c.chunk_id for c in result.citations}
     pieces: list[tuple[str, list[int]]] = []
-    for match in SENTENCE.finditer(result.answer):
+    if result.value is not None:
+        pieces = [
+            (str(value_at(result.value, pointer)), marks)
+            for pointer, marks in result.field_citations.items()
+        ]
+    for match in SENTENCE.finditer(result.answer if result.value is None else ""):
         leading = LEADING_CITATIONS.match(match.group()).group()
         if pieces:
             pieces[-1][1].extend(int(n) for n in CITATION.findall(leading))
@@ -61,8 +68,20 @@ def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[Cite
     ]
 
 
+def value_at(data: Any, pointer: str) -> Any:
+    """The value a JSON pointer (RFC 6901) names."""
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        data = data[int(token)] if isinstance(data, list) else data[token]
+    return data
+
+
 async def answer_one(
-    service: AnswerService, question: str, generate: Generate, access: AccessFilter
+    service: AnswerService,
+    question: str,
+    generate: Generate,
+    access: AccessFilter,
+    schema: str | None = None,
 ) -> tuple[AnswerResult, str]:
     """The answer, and the model's raw text for the answer prompt (the last prompt it ran)."""
     raw = [""]
@@ -75,7 +94,7 @@ async def answer_one(
             yield output
 
     result = None
-    async for event in service.answer(access, question, recording):
+    async for event in service.answer(access, question, recording, schema=schema):
         result = event.result or result
     assert result is not None
     return result, raw[0]
@@ -115,6 +134,7 @@ async def answer_all(
     items: list[QAItem],
     generate: Generate,
     progress: Callable[[int], None] | None = None,
+    schema: str | None = None,
 ) -> list[tuple[AnswerResult, str]]:
     limit = asyncio.Semaphore(MAX_CONCURRENT)
     done = 0
@@ -122,7 +142,7 @@ async def answer_all(
     async def one(item: QAItem) -> tuple[AnswerResult, str]:
         nonlocal done
         async with limit:
-            outcome = await answer_one(service, item.question, generate, everything())
+            outcome = await answer_one(service, item.question, generate, everything(), schema)
         done += 1
         if progress is not None:
             progress(done)

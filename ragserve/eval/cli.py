@@ -51,6 +51,22 @@ def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index:
             raise typer.Exit(2) from error
 
 
+def _schema(path: Path | None) -> str | None:
+    """The schema file's JSON, checked to compile; exit 2 with the reason when it does not."""
+    if path is None:
+        return None
+    from ragserve.engine.errors import InvalidRequestError
+    from ragserve.engine.structured import OutputConstraint, checked_grammar
+
+    try:
+        text = path.read_text()
+        checked_grammar(OutputConstraint("json", text))
+    except (OSError, InvalidRequestError) as error:
+        console.print(f"[red]error:[/red] --schema: {error}")
+        raise typer.Exit(2) from error
+    return text
+
+
 def _rerankers(names: str, runner_tokenizer: Callable[[], object]) -> dict:
     from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker
 
@@ -110,6 +126,12 @@ def answers(
         str,
         typer.Option(help="Ablation: sentences, strict, fallback or full (the product's path)."),
     ] = "full",
+    schema: Annotated[
+        Path | None,
+        typer.Option(
+            help="A JSON schema file: schema answers (response_format), checked by value."
+        ),
+    ] = None,
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
     as_json: JsonOption = False,
@@ -124,6 +146,7 @@ def answers(
     if variant not in evaluation.VARIANTS:
         console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
         raise typer.Exit(2)
+    schema_text = _schema(schema)
     settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
@@ -135,11 +158,15 @@ def answers(
                 context.items,
                 runner.generator("eval", "eval", "answer"),
                 lambda done: status.update(f"answering: {done}/{len(context.items)}"),
+                schema_text,
             )
         )
         services.store.close()
     meta = context.metadata(
-        concurrency=evaluation.MAX_CONCURRENT, support_judge="SupportJudge", variant=variant
+        concurrency=evaluation.MAX_CONCURRENT,
+        support_judge="SupportJudge",
+        variant=variant,
+        schema=schema_text,
     )
     report = {"meta": meta} | evaluation.score(context, outcomes, SupportJudge(context.embedder))
     context.close()

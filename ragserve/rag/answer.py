@@ -6,16 +6,15 @@ so only permitted text is a candidate) -> answerability (answerability.py): refu
 the evidence is unlikely to hold an answer -> a short prompt of the numbered sentences ->
 generate -> check every sentence of the answer against the sentence it cites -> if any is
 unsupported (or the model declined) and the evidence is confident, quote the best sentence
-exactly with its citation and span (mode "extractive"); else the refusal.
+exactly with its citation and span (mode "extractive"); else the refusal. citations.py says
+when a source supports a sentence. With a client's JSON schema the model's output is held to
+it and checked value by value instead (structured_answer.py), without the quote fallback.
 
-A sentence is supported by a source when the source contains its numbers, its multi-word names
-and terms as written, and enough of its new content words (`support_threshold`); restating the
-question earns nothing. A sentence without a citation gets the best-supporting source when one
-passes (post-hoc attribution, for a small model that cites unreliably). The refusal is worded
-the same whether the evidence is missing or not permitted.
+The refusal is worded the same whether the evidence is missing or not permitted.
 """
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -23,21 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.structured import OutputConstraint
 from ragserve.rag.answerability import Answerability, signals
-from ragserve.rag.documents import AccessFilter, ScoredChunk
+from ragserve.rag.citations import Citation, CitationChecker
+from ragserve.rag.documents import AccessFilter
 from ragserve.rag.evidence import EvidenceSelector, Sentence
-from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder, PromptSource
+from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
 from ragserve.rag.rerank import Generate, Reranker
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
-from ragserve.rag.text import (
-    CITATION,
-    SENTENCE,
-    contains_phrase,
-    content_words,
-    introduced_phrases,
-    numbers,
-    sentence_spans,
-)
+from ragserve.rag.structured_answer import check_value, closed_schema, parse_json
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +43,8 @@ class AnswerSettings:
     # A citation must reach this support score (0-1) to be kept.
     support_threshold: float = 0.6
     max_tokens: int = 48
+    # Output tokens of an answer held to a client's JSON schema.
+    structured_max_tokens: int = 128
     # Quote the best evidence when a generated answer fails the check (or the model declines)
     # and answerability is confident; off, such answers are refused.
     extractive_fallback: bool = True
@@ -64,18 +59,6 @@ class AnswerSettings:
 
 
 @dataclass
-class Citation:
-    n: int
-    doc_id: str
-    chunk_id: str
-    title: str
-    start: int
-    end: int
-    quote: str
-    support: float
-
-
-@dataclass
 class AnswerResult:
     answer: str
     mode: Mode
@@ -84,6 +67,10 @@ class AnswerResult:
     timings: dict[str, float] = field(default_factory=dict)
     # The calibrated probability that the evidence answers the question.
     answerability: float | None = None
+    # A schema answer: the parsed JSON (answer is its JSON text), and the sources of each
+    # supported value by JSON pointer.
+    value: Any = None
+    field_citations: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def refused(self) -> bool:
@@ -92,86 +79,6 @@ class AnswerResult:
 
 def refusal(answerability: float | None = None) -> AnswerResult:
     return AnswerResult(REFUSAL, "refused", answerability=answerability)
-
-
-def support_score(sentence: str, question: str, source: ScoredChunk, strict: bool = True) -> float:
-    """How well a source supports an answer sentence, 0 to 1: the share of the sentence's
-    content words beyond the question's that the source contains, and (strict) 0 when a number
-    or a multi-word name or term that the sentence introduces is not in the source as written
-    (an invented name cannot pass on words that occur apart)."""
-    if strict and not numbers(sentence) - numbers(question) <= numbers(source.text):
-        return 0.0
-    phrases = introduced_phrases(sentence, question) if strict else []
-    if not all(contains_phrase(source.text, p) for p in phrases):
-        return 0.0
-    claims = content_words(sentence) - content_words(question)
-    if not claims:
-        return 0.0
-    return len(claims & content_words(source.text)) / len(claims)
-
-
-def best_quote(sentence: str, chunk: ScoredChunk) -> tuple[str, int, int]:
-    """The source sentence sharing most words with the answer sentence, with its span."""
-    words = content_words(sentence)
-    pieces = sentence_spans(chunk.text) or [(chunk.text, 0, len(chunk.text))]
-    piece, start, end = max(pieces, key=lambda p: len(words & content_words(p[0])))
-    return piece, chunk.start + start, chunk.start + end
-
-
-class CitationChecker:
-    def __init__(self, threshold: float, strict: bool = True) -> None:
-        self.threshold = threshold
-        self.strict = strict
-
-    def check(
-        self, text: str, question: str, sources: list[PromptSource]
-    ) -> tuple[str, list[Citation], bool]:
-        """The answer with only supported [n] markers, the citations they stand for, and
-        whether every sentence of it is supported."""
-        by_n = {s.n: s.chunk for s in sources}
-        cited: dict[int, Citation] = {}
-        sentences = []
-        every_sentence = True
-        for match in SENTENCE.finditer(text):
-            raw = match.group()
-            plain = CITATION.sub("", raw).strip()
-            if not plain:
-                continue
-            markers = [int(n) for n in CITATION.findall(raw)]
-            candidates = [n for n in dict.fromkeys(markers) if n in by_n] or list(by_n)
-            scores = [support_score(plain, question, by_n[n], self.strict) for n in candidates]
-            supported = [
-                (n, s) for n, s in zip(candidates, scores, strict=True) if s >= self.threshold
-            ]
-            if markers and not any(n in markers for n, _ in supported):
-                supported = []
-            if not markers and supported:
-                supported = [max(supported, key=lambda pair: pair[1])]
-            for n, score in supported:
-                if n not in cited or cited[n].support < score:
-                    chunk = by_n[n]
-                    quote, start, end = best_quote(plain, chunk)
-                    cited[n] = Citation(
-                        n,
-                        chunk.doc_id,
-                        chunk.chunk_id,
-                        chunk.title,
-                        start,
-                        end,
-                        quote,
-                        round(score, 3),
-                    )
-            every_sentence = every_sentence and bool(supported)
-            marks = "".join(f" [{n}]" for n, _ in supported)
-            sentences.append(_with_marks(plain, marks))
-        answer = " ".join(sentences).strip()
-        return answer, sorted(cited.values(), key=lambda c: c.n), every_sentence and bool(cited)
-
-
-def _with_marks(sentence: str, marks: str) -> str:
-    if marks and sentence[-1:] in ".!?":
-        return sentence[:-1] + marks + sentence[-1]
-    return sentence + marks
 
 
 @dataclass
@@ -201,8 +108,15 @@ class AnswerService:
         self.checker = CitationChecker(settings.support_threshold, settings.strict_support)
 
     async def answer(
-        self, access: AccessFilter, question: str, generate: Generate, top_k: int | None = None
+        self,
+        access: AccessFilter,
+        question: str,
+        generate: Generate,
+        top_k: int | None = None,
+        schema: str | None = None,
     ) -> AsyncIterator[AnswerEvent]:
+        """The answer's text as generated, then the checked result. schema: a JSON schema (as
+        JSON text) the answer must be, checked value by value (structured_answer.py)."""
         started = time.perf_counter()
         k = top_k or self.settings.top_k
         retrieval = await asyncio.to_thread(self.retriever.retrieve, access, question, k)
@@ -229,9 +143,9 @@ class AnswerService:
             yield AnswerEvent(REFUSAL, result)
             return
         prompt = await asyncio.to_thread(
-            self.builder.build, question, [s.as_source() for s in evidence]
+            self.builder.build, question, [s.as_source() for s in evidence], schema
         )
-        if self.settings.style == "quote":
+        if self.settings.style == "quote" and schema is None:
             result = self._quote(prompt, evidence, probability)
             result.timings = timings | {"total_ms": _ms(started, time.perf_counter())}
             yield AnswerEvent(result.answer, result)
@@ -240,7 +154,12 @@ class AnswerService:
         # Batch-invariant, so that a question gets the same answer cold or cached, alone or in
         # a busy batch.
         params = SamplingParams(
-            max_tokens=self.settings.max_tokens, temperature=0, batch_invariant=True
+            max_tokens=self.settings.max_tokens
+            if schema is None
+            else self.settings.structured_max_tokens,
+            temperature=0,
+            batch_invariant=True,
+            constraint=None if schema is None else OutputConstraint("json", closed_schema(schema)),
         )
         async for output in generate(prompt.token_ids, params, prompt.narrowing):
             completion = output.outputs[0]
@@ -251,7 +170,10 @@ class AnswerService:
             text, token_ids = completion.text, completion.token_ids
             cached_tokens = output.num_cached_tokens
         generated = time.perf_counter()
-        result = self._finish(text, question, prompt, evidence, probability)
+        if schema is None:
+            result = self._finish(text, question, prompt, evidence, probability)
+        else:
+            result = self._finish_structured(text, question, prompt, probability)
         checked = time.perf_counter()
         result.usage = {
             "prompt_tokens": len(prompt.token_ids),
@@ -289,6 +211,25 @@ class AnswerService:
         if self.settings.extractive_fallback:
             return self._quote(prompt, evidence, probability)
         return refusal(probability)
+
+    def _finish_structured(
+        self, text: str, question: str, prompt: BuiltPrompt, probability: float
+    ) -> AnswerResult:
+        value = parse_json(text)
+        if value is None:
+            return refusal(probability)
+        checked = check_value(value, question, prompt.sources, self.checker)
+        if not checked.supported:
+            logger.debug("unsupported schema answer to %r: %r", question, text)
+            return refusal(probability)
+        return AnswerResult(
+            json.dumps(checked.value, ensure_ascii=False),
+            "generated",
+            checked.citations,
+            answerability=probability,
+            value=checked.value,
+            field_citations=checked.field_citations,
+        )
 
     def _quote(
         self, prompt: BuiltPrompt, evidence: list[Sentence], probability: float

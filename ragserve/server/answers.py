@@ -15,11 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragserve.access import Principal, access_for
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
-from ragserve.engine.errors import EngineDeadError, EngineError
+from ragserve.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
+from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
 from ragserve.rag.prompt import TEMPLATE_VERSION
+from ragserve.server.constraints import ResponseFormat
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit
 from ragserve.server.limits import LimitExceeded
@@ -35,6 +37,12 @@ class AnswerRequest(BaseModel):
     question: str = Field(min_length=1, max_length=4000)
     top_k: int | None = Field(None, ge=1, le=20)
     stream: bool = False
+    # json_object or json_schema: the answer is JSON (value), each value checked on its own.
+    response_format: ResponseFormat | None = None
+
+    def schema(self) -> str | None:
+        constraint = self.response_format.constraint() if self.response_format else None
+        return None if constraint is None else constraint.spec
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
@@ -75,15 +83,29 @@ def answer_json(result: AnswerResult) -> dict[str, Any]:
         "refused": result.refused,
         "answerability": result.answerability,
         "citations": [asdict(c) for c in result.citations],
+        "value": result.value,
+        "field_citations": result.field_citations,
         "usage": result.usage,
         "timings": result.timings,
     }
 
 
 async def answer_events(
-    state: ServerState, who: Principal, question: str, top_k: int | None, kind: str
+    state: ServerState,
+    who: Principal,
+    question: str,
+    top_k: int | None,
+    kind: str,
+    schema: str | None = None,
 ) -> AsyncIterator[AnswerEvent]:
-    """Run the answer path under the caller's limits, with the response cache in front."""
+    """Run the answer path under the caller's limits, with the response cache in front.
+    schema: the JSON schema (as JSON text) of a schema answer."""
+    if schema is not None:
+        # Checked first: a refusal for want of evidence must not hide a bad schema.
+        try:
+            checked_grammar(OutputConstraint("json", schema))
+        except InvalidRequestError as error:
+            raise from_engine(error) from error
     key = None
     if state.cache is not None:
         key = cache_key(
@@ -93,7 +115,7 @@ async def answer_events(
                 "template": TEMPLATE_VERSION,
                 "index": state.index_version(),
                 "kind": "answer",
-                "request": {"question": question, "top_k": top_k},
+                "request": {"question": question, "top_k": top_k, "schema": schema},
             }
         )
         state.metrics.response_cache_queries.inc()
@@ -109,7 +131,8 @@ async def answer_events(
     completion_tokens = 0
     try:
         generate = engine_generate(state, who, new_id(kind))
-        async for event in state.rag.answers.answer(access_for(who), question, generate, top_k):
+        answers = state.rag.answers.answer(access_for(who), question, generate, top_k, schema)
+        async for event in answers:
             if event.result is not None:
                 completion_tokens = event.result.usage.get("completion_tokens", 0)
                 if key is not None and state.cache is not None:
@@ -129,7 +152,7 @@ def answer_routes(state: ServerState) -> APIRouter:
 
     @router.post("/v1/answers", responses=json_or_events(AnswerResponse))
     async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:
-        events = answer_events(state, who, body.question, body.top_k, "ans")
+        events = answer_events(state, who, body.question, body.top_k, "ans", body.schema())
         first = await _first_event(events)
         if not body.stream:
             result = first.result
@@ -168,10 +191,12 @@ def _chain(
 
 
 async def rag_chat_completion(
-    state: ServerState, who: Principal, question: str, stream: bool
+    state: ServerState, who: Principal, question: str, stream: bool, schema: str | None = None
 ) -> Response:
-    """A chat completion whose content is a cited answer; citations ride in an extra field."""
-    events = answer_events(state, who, question, None, "chatcmpl")
+    """A chat completion whose content is a cited answer; citations ride in an extra field.
+    With a schema (response_format) the content is the JSON answer, and a refusal is the
+    message's refusal, as OpenAI's structured outputs give it."""
+    events = answer_events(state, who, question, None, "chatcmpl", schema)
     first = await _first_event(events)
     request_id = new_id("chatcmpl")
     model = state.rag_model_id
@@ -202,12 +227,13 @@ async def rag_chat_completion(
                         "index": 0,
                         "finish_reason": "stop",
                         "logprobs": None,
-                        "message": {"role": "assistant", "content": result.answer},
+                        "message": {"role": "assistant", **_content(result, schema)},
                     }
                 ],
                 "usage": result.usage
                 or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
                 "citations": [asdict(c) for c in result.citations],
+                "field_citations": result.field_citations,
                 "mode": result.mode,
                 "refused": result.refused,
             }
@@ -221,7 +247,7 @@ async def rag_chat_completion(
                     if event.result is None:
                         continue
                     # The checked answer, not the raw tokens: unsupported markers are gone.
-                    yield chunk({"content": event.result.answer}, None)
+                    yield chunk(_content(event.result, schema), None)
                     yield chunk(
                         {},
                         "stop",
@@ -236,3 +262,9 @@ async def rag_chat_completion(
             await events.aclose()
 
     return StreamingResponse(sse(), media_type="text/event-stream")
+
+
+def _content(result: AnswerResult, schema: str | None) -> dict[str, str | None]:
+    if schema is not None and result.refused:
+        return {"content": None, "refusal": result.answer}
+    return {"content": result.answer}

@@ -90,14 +90,22 @@ def completion_routes(state: ServerState) -> APIRouter:
                     "invalid_parameter",
                     param="n",
                 )
-            if body.output_constraint() is not None:
+            if body.tools:
                 raise invalid(
-                    "the +rag model answers in text with citations; for structured output "
-                    f"use {state.model_id!r}",
+                    f"the +rag model does not call tools; use {state.model_id!r}",
                     "invalid_parameter",
-                    param="response_format",
+                    param="tools",
                 )
-            response = await rag_chat_completion(state, who, questions[-1], body.stream)
+            constraint = body.output_constraint()
+            if constraint is not None and constraint.kind != "json":
+                raise invalid(
+                    "the +rag model answers in text or JSON (response_format) with citations; "
+                    f"for regex, choice or grammar output use {state.model_id!r}",
+                    "invalid_parameter",
+                    param="structured_outputs",
+                )
+            schema = None if constraint is None else constraint.spec
+            response = await rag_chat_completion(state, who, questions[-1], body.stream, schema)
             return tell_ignored(response, ignored)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         tools = ToolUse.of(body.tools, body.tool_choice)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ragserve.rag.answer import Citation
+from ragserve.rag.citations import Citation
 from ragserve.server.protocol import Usage
 
 
@@ -16,9 +16,10 @@ class Body(BaseModel):
 
 class AssistantMessage(Body):
     role: Literal["assistant"]
-    # None when the reply is tool calls.
+    # None when the reply is tool calls, or a refusal of a +rag schema answer.
     content: str | None
     tool_calls: list[dict[str, Any]] | None = None
+    refusal: str | None = None
 
 
 class ChatChoice(Body):
@@ -97,6 +98,9 @@ class AnswerResponse(Body):
     refused: bool
     answerability: float | None
     citations: list[Citation]
+    # A schema answer (response_format): the JSON value, and its values' sources by pointer.
+    value: Any = None
+    field_citations: dict[str, list[int]] = {}
     usage: dict[str, Any]
     timings: dict[str, float]
 

@@ -1,7 +1,8 @@
 import pytest
 
 from ragserve.eval.answers import cited_sentences, summarize
-from ragserve.rag.answer import AnswerResult, Citation
+from ragserve.rag.answer import AnswerResult
+from ragserve.rag.citations import Citation
 
 
 def citation(n: int, chunk_id: str) -> Citation:
@@ -32,6 +33,22 @@ def test_markers_after_the_full_stop_belong_to_that_sentence():
     assert [(s.text, s.passages) for s in sentences] == [
         ("The Song dynasty ruled from 960 to 1279.", ["P1"]),
         ("He reigned until 976.", ["P2"]),
+    ]
+
+
+def test_a_schema_answers_claims_are_its_cited_values():
+    data = {"who": {"a/b": "Thomas Brand"}, "years": [1874, 1875], "ok": True}
+    result = AnswerResult(
+        '{"who": ...}',
+        "generated",
+        [citation(1, "c1"), citation(2, "c2")],
+        value=data,
+        field_citations={"/who/a~1b": [1], "/years/1": [1, 2]},
+    )
+    sentences = cited_sentences(result, {"c1": "P1", "c2": "P2"})
+    assert [(s.text, s.passages) for s in sentences] == [
+        ("Thomas Brand", ["P1"]),
+        ("1875", ["P1", "P2"]),
     ]
 
 

@@ -7,10 +7,9 @@ from ragserve.rag.answer import (
     AnswerResult,
     AnswerService,
     AnswerSettings,
-    CitationChecker,
-    support_score,
 )
 from ragserve.rag.answerability import Answerability
+from ragserve.rag.citations import CitationChecker, support_score
 from ragserve.rag.documents import AccessFilter, Acl, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector
 from ragserve.rag.ingest import Ingestor, SourceDocument
