@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -18,7 +19,7 @@ from ragserve.engine.config import cache_dir, native_bf16
 
 logger = logging.getLogger(__name__)
 
-SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp")
+SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp", "token_mask.cpp")
 # Up to this many rows a linear layer streams its weights once through the small-batch kernel
 # (on AVX2, 2-3× faster than PyTorch's matmul at 1-8 rows and still ahead at 32: measured in
 # docs/benchmarks.md); past it a matmul library's blocking wins.
@@ -130,3 +131,16 @@ def write_kv(
         return
     k_cache[:, slot_blocks, :, slot_offsets] = k
     v_cache[:, slot_blocks, slot_offsets] = v.transpose(0, 1)
+
+
+def apply_token_bitmask(logits: torch.Tensor, rows: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set to -inf, in place, the logits of row rows[i] whose bit is clear in bitmask[i]
+    (int32 words, bit j of word w for token 32 w + j)."""
+    kernels = extension()
+    if kernels is not None:
+        kernels.apply_token_bitmask(logits, rows, bitmask)
+        return
+    vocab = logits.shape[1]
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=vocab, bitorder="little")
+    banned = torch.from_numpy(bits) == 0
+    logits[rows] = logits[rows].masked_fill(banned, float("-inf"))

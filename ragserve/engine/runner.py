@@ -16,6 +16,7 @@ from ragserve.engine.model import LlamaModel
 from ragserve.engine.sampler import Sampler
 from ragserve.engine.scheduler import ScheduledBatch
 from ragserve.engine.sequence import Sequence
+from ragserve.engine.structured import Masks, fill_masks_soon
 
 
 class ModelRunner:
@@ -77,6 +78,8 @@ class ModelRunner:
         # One batch-invariant sequence makes the whole step invariant: its rows share the
         # step's matmuls with everyone else's.
         invariant = any(seq.params.batch_invariant for seq in batch.seqs)
+        vocab_size = self.model.spec.vocab_size
+        masks = fill_masks_soon([seq.matcher for seq in sample_seqs], vocab_size)
         hidden = self.model.forward(
             torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers, invariant
         )
@@ -85,11 +88,15 @@ class ModelRunner:
             return {}, forward_s
         # One vocabulary projection for all rows: it streams the whole embedding matrix.
         logits = self.model.logits(hidden[torch.tensor(sample_rows + verify_rows)], invariant)
-        new_tokens = self._sample(logits[: len(sample_rows)], sample_seqs)
+        new_tokens = self._sample(
+            logits[: len(sample_rows)], sample_seqs, masks.result() if masks else None
+        )
         new_tokens.update(self._verify(logits[len(sample_rows) :], batch.drafts))
         return new_tokens, forward_s
 
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> dict[Sequence, list[int]]:
+    def _sample(
+        self, logits: torch.Tensor, seqs: list[Sequence], masks: Masks | None
+    ) -> dict[Sequence, list[int]]:
         if not seqs:
             return {}
         params = [s.params for s in seqs]
@@ -97,7 +104,7 @@ class ModelRunner:
         for seq, logprobs in zip(seqs, self.sampler.top_logprobs(logits, params), strict=True):
             if logprobs is not None:
                 seq.logprobs.append(logprobs)
-        adjusted = self.logits_processor(logits, seqs)
+        adjusted = self.logits_processor(logits, seqs, masks)
         tokens = self.sampler(adjusted, params, [s.generator for s in seqs])
         return {seq: [token] for seq, token in zip(seqs, tokens, strict=True)}
 

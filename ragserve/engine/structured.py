@@ -6,22 +6,25 @@ why llguidance rather than xgrammar).
 A constraint is compiled once per distinct constraint (an LRU cache) and checked when the
 request is added, so a bad schema or regex is refused with its reason before anything runs.
 Each constrained sequence has its own matcher, which consumes the sequence's tokens as they are
-accepted; one executor fills the masks of a step's constrained sequences in parallel threads.
+accepted. A step's masks depend only on tokens already accepted, so they are filled (by one
+llguidance executor, in parallel threads) while the forward pass runs, and applied to the
+logits by a C++ kernel (csrc/token_mask.cpp) before sampling.
 """
 
 import functools
 import json
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
 import llguidance
 import llguidance.hf
-import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from ragserve.engine.errors import InvalidRequestError
+from ragserve.engine.kernels import apply_token_bitmask
 
 CACHED_GRAMMARS = 256
 
@@ -97,21 +100,42 @@ def executor() -> llguidance.LLExecutor:
     return llguidance.LLExecutor()
 
 
-def mask_logits(logits: torch.Tensor, matchers: list[llguidance.LLMatcher | None]) -> None:
-    """Set to -inf, in place, the logits of the tokens each row's matcher does not allow (rows
-    without a matcher are left alone)."""
+@dataclass
+class Masks:
+    """The token masks of a step's constrained rows: bitmask[i] (int32 words, bit j of word w
+    for token 32 w + j, set when the token may come next) belongs to logits row rows[i]."""
+
+    rows: torch.Tensor
+    bitmask: torch.Tensor
+
+
+def fill_masks(matchers: list[llguidance.LLMatcher | None], vocab_size: int) -> Masks | None:
+    """The masks of the rows that have a matcher (None when no row has one)."""
     rows = [i for i, m in enumerate(matchers) if m is not None]
     if not rows:
-        return
-    vocab = logits.shape[1]
-    words = (vocab + 31) // 32
+        return None
+    words = (vocab_size + 31) // 32
     bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
     work = [(matchers[row], k) for k, row in enumerate(rows)]
     executor().unsafe_compute_mask_ptr(work, bitmask.data_ptr(), words * 4, len(rows))
-    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, count=vocab, bitorder="little")
-    banned = torch.from_numpy(bits) == 0
-    if len(rows) == logits.shape[0]:
-        logits.masked_fill_(banned, float("-inf"))
-        return
-    index = torch.tensor(rows)
-    logits[index] = logits[index].masked_fill(banned, float("-inf"))
+    return Masks(torch.tensor(rows, dtype=torch.long), bitmask)
+
+
+@functools.cache
+def _filler() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="token-masks")
+
+
+def fill_masks_soon(
+    matchers: list[llguidance.LLMatcher | None], vocab_size: int
+) -> Future[Masks | None] | None:
+    """fill_masks on a background thread, so that the masks are computed while the forward
+    pass runs (both release the GIL); None at once when no row has a matcher."""
+    if all(m is None for m in matchers):
+        return None
+    return _filler().submit(fill_masks, matchers, vocab_size)
+
+
+def apply_masks(logits: torch.Tensor, masks: Masks) -> None:
+    """Set to -inf, in place, the logits of the tokens each masked row may not take."""
+    apply_token_bitmask(logits, masks.rows, masks.bitmask)

@@ -128,6 +128,25 @@ def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
             kernels.write_kv(k_cache, v_cache, k, v, torch.tensor([6, 0, 0]), slot_offsets)
 
 
+@pytest.mark.parametrize("vocab", [64, 49152, 49157])
+def test_token_bitmask_bans_exactly_the_cleared_bits_of_the_chosen_rows(path, vocab):
+    generator = torch.Generator().manual_seed(vocab)
+    words = (vocab + 31) // 32
+    allowed = torch.rand(3, words * 32, generator=generator) < 0.7
+    allowed[0, :64] = False  # whole words banned
+    allowed[1, :64] = True  # whole words allowed
+    weights = 2 ** torch.arange(32, dtype=torch.int64)
+    packed = (allowed.view(3, words, 32).long() * weights).sum(-1)
+    bitmask = packed.where(packed < 2**31, packed - 2**32).to(torch.int32)
+    logits = torch.randn(5, vocab, generator=generator)
+    rows = torch.tensor([4, 0, 2])
+    expected = logits.clone()
+    for i, row in enumerate(rows.tolist()):
+        expected[row, ~allowed[i, :vocab]] = float("-inf")
+    kernels.apply_token_bitmask(logits, rows, bitmask)
+    assert torch.equal(logits, expected)
+
+
 def test_a_build_killed_midway_does_not_block_later_starts(tmp_path, monkeypatch):
     """torch marks a build in progress with a `lock` file that a killed build leaves behind;
     later starts must not wait on it forever."""

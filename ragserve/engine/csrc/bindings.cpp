@@ -13,6 +13,7 @@ torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> de
 void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_sin,
                    int64_t heads, int64_t head_dim);
 torch::Tensor silu_mul(torch::Tensor gate_up);
+void apply_token_bitmask(torch::Tensor logits, torch::Tensor rows, torch::Tensor bitmask);
 
 // The kernels keep the GIL while they run. Releasing it lets a server's event loop take a core
 // in the middle of a parallel region, which then waits for it: on 2 cores a single stream's
@@ -27,4 +28,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &add_rms_norm, "hidden += delta in place, then RMSNorm(hidden) * weight");
   m.def("rope_in_place", &rope_in_place, "RoPE on the first heads of each row, in place");
   m.def("silu_mul", &silu_mul, "SiLU(gate) * up of a fused gate_up matrix");
+  m.def("apply_token_bitmask", &apply_token_bitmask,
+        "-inf, in place, for the tokens whose bit is clear in each row's mask");
 }
