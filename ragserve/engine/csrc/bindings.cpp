@@ -1,19 +1,21 @@
-// The Python module of the engine's CPU kernels; each kernel lives in its own file.
-#include <torch/extension.h>
+// The Python module of the engine's CPU kernels; each kernel lives in its own file. Every file
+// includes only the ATen and pybind headers it needs: with <torch/extension.h> each one took
+// 45-52 s to compile here, and the first start of a machine waited two minutes for them.
+#include <torch/csrc/utils/pybind.h>
 
-torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                              torch::Tensor block_tables, torch::Tensor token_seqs,
-                              torch::Tensor token_lens, double scale);
-void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Tensor v_cache,
-              torch::Tensor slot_blocks, torch::Tensor slot_offsets);
-torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
-                                 c10::optional<torch::Tensor> bias, at::ScalarType out_dtype);
-torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> delta,
-                           torch::Tensor weight, double eps);
-void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_sin,
+at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                              at::Tensor block_tables, at::Tensor token_seqs,
+                              at::Tensor token_lens, double scale);
+void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
+              at::Tensor slot_blocks, at::Tensor slot_offsets);
+at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight,
+                                 c10::optional<at::Tensor> bias, at::ScalarType out_dtype);
+at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta,
+                           at::Tensor weight, double eps);
+void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin,
                    int64_t heads, int64_t head_dim);
-torch::Tensor silu_mul(torch::Tensor gate_up);
-void apply_token_bitmask(torch::Tensor logits, torch::Tensor rows, torch::Tensor bitmask);
+at::Tensor silu_mul(at::Tensor gate_up);
+void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask);
 
 // The kernels keep the GIL while they run. Releasing it lets a server's event loop take a core
 // in the middle of a parallel region, which then waits for it: on 2 cores a single stream's

@@ -4,7 +4,10 @@
 //
 // Arithmetic is float32. bfloat16 results are rounded (to nearest even) where PyTorch's
 // bfloat16 ops round: the residual sum, the normalized row, and the product with the weight.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
 #include "widen.h"
@@ -91,28 +94,28 @@ static void silu_mul_rows(const scalar_t* gate_up, scalar_t* out, int64_t rows, 
   });
 }
 
-static void check_rows(const torch::Tensor& x, const char* name) {
+static void check_rows(const at::Tensor& x, const char* name) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, name, " must be a matrix with unit column stride");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16, name,
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, name,
               " must be float32 or bfloat16");
 }
 
 }  // namespace
 
 // hidden += delta (when given, in place); returns RMSNorm(hidden) * weight.
-torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> delta,
-                           torch::Tensor weight, double eps) {
+at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta,
+                           at::Tensor weight, double eps) {
   check_rows(hidden, "hidden");
   TORCH_CHECK(hidden.is_contiguous() && weight.is_contiguous(), "hidden and weight contiguous");
   TORCH_CHECK(weight.numel() == hidden.size(1) && weight.scalar_type() == hidden.scalar_type(),
               "weight must match hidden's width and dtype");
-  torch::Tensor delta_rows;
+  at::Tensor delta_rows;
   if (delta.has_value()) {
     delta_rows = delta->contiguous();
     TORCH_CHECK(delta_rows.sizes() == hidden.sizes(), "delta must match hidden's shape");
     TORCH_CHECK(delta_rows.scalar_type() == hidden.scalar_type(), "delta's dtype differs");
   }
-  auto out = torch::empty_like(hidden);
+  auto out = at::empty_like(hidden);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, hidden.scalar_type(), "add_rms_norm", [&] {
     add_rms_norm_rows(hidden.data_ptr<scalar_t>(),
                       delta.has_value() ? delta_rows.data_ptr<scalar_t>() : nullptr,
@@ -124,13 +127,13 @@ torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> de
 
 // Rotates the first `heads` heads of every row of x in place (q then k heads of a fused qkv
 // row); cos_sin is [2, positions, head_dim] float32.
-void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_sin,
+void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin,
                    int64_t heads, int64_t head_dim) {
   check_rows(x, "x");
   TORCH_CHECK(heads * head_dim <= x.size(1) && head_dim % 2 == 0, "bad heads or head_dim");
-  TORCH_CHECK(positions.scalar_type() == torch::kInt64 && positions.numel() == x.size(0),
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.numel() == x.size(0),
               "positions must be int64, one per row");
-  TORCH_CHECK(cos_sin.scalar_type() == torch::kFloat32 && cos_sin.is_contiguous() &&
+  TORCH_CHECK(cos_sin.scalar_type() == at::kFloat && cos_sin.is_contiguous() &&
                   cos_sin.dim() == 3 && cos_sin.size(2) == head_dim,
               "cos_sin must be contiguous float32 [2, positions, head_dim]");
   auto pos = positions.contiguous();
@@ -145,11 +148,11 @@ void rope_in_place(torch::Tensor x, torch::Tensor positions, torch::Tensor cos_s
 }
 
 // gate_up [rows, 2 * size] -> SiLU(gate) * up [rows, size].
-torch::Tensor silu_mul(torch::Tensor gate_up) {
+at::Tensor silu_mul(at::Tensor gate_up) {
   check_rows(gate_up, "gate_up");
   TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up must have an even width");
   auto rows = gate_up.contiguous();
-  auto out = torch::empty({rows.size(0), rows.size(1) / 2}, rows.options());
+  auto out = at::empty({rows.size(0), rows.size(1) / 2}, rows.options());
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, rows.scalar_type(), "silu_mul", [&] {
     silu_mul_rows(rows.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), rows.size(0),
                   rows.size(1) / 2);

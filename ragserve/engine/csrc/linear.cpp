@@ -8,7 +8,8 @@
 // bfloat16 weights halve the bytes streamed and widen exactly to float32 (a 16-bit shift), so
 // the arithmetic is float32 throughout; only y is rounded to bfloat16 when asked, to nearest
 // even as PyTorch does.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
 #include "widen.h"
@@ -134,9 +135,9 @@ static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y,
 }
 
 template <typename w_t>
-static void dispatch_output(const float* x, const w_t* w, const float* bias, torch::Tensor& y,
+static void dispatch_output(const float* x, const w_t* w, const float* bias, at::Tensor& y,
                             int64_t m, int64_t n, int64_t k) {
-  if (y.scalar_type() == torch::kBFloat16)
+  if (y.scalar_type() == at::kBFloat16)
     linear_rows(x, w, bias, y.data_ptr<at::BFloat16>(), m, n, k);
   else
     linear_rows(x, w, bias, y.data_ptr<float>(), m, n, k);
@@ -144,26 +145,26 @@ static void dispatch_output(const float* x, const w_t* w, const float* bias, tor
 
 }  // namespace
 
-torch::Tensor small_batch_linear(torch::Tensor x, torch::Tensor weight,
-                                 c10::optional<torch::Tensor> bias, at::ScalarType out_dtype) {
+at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight,
+                                 c10::optional<at::Tensor> bias, at::ScalarType out_dtype) {
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2, "x and weight must be matrices");
   TORCH_CHECK(x.size(1) == weight.size(1), "x and weight differ in K");
   TORCH_CHECK(weight.is_contiguous(), "weight must be contiguous");
-  TORCH_CHECK(out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16,
+  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
               "out_dtype must be float32 or bfloat16");
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
-  auto x32 = x.to(torch::kFloat32).contiguous();
-  torch::Tensor bias32;
+  auto x32 = x.to(at::kFloat).contiguous();
+  at::Tensor bias32;
   if (bias.has_value()) {
     TORCH_CHECK(bias->numel() == n, "bias must have N elements");
-    bias32 = bias->to(torch::kFloat32).contiguous();
+    bias32 = bias->to(at::kFloat).contiguous();
   }
   const float* bias_ptr = bias.has_value() ? bias32.data_ptr<float>() : nullptr;
-  auto y = torch::empty({m, n}, x.options().dtype(out_dtype));
-  if (weight.scalar_type() == torch::kBFloat16) {
+  auto y = at::empty({m, n}, x.options().dtype(out_dtype));
+  if (weight.scalar_type() == at::kBFloat16) {
     dispatch_output(x32.data_ptr<float>(), weight.data_ptr<at::BFloat16>(), bias_ptr, y, m, n, k);
   } else {
-    TORCH_CHECK(weight.scalar_type() == torch::kFloat32, "weight must be float32 or bfloat16");
+    TORCH_CHECK(weight.scalar_type() == at::kFloat, "weight must be float32 or bfloat16");
     dispatch_output(x32.data_ptr<float>(), weight.data_ptr<float>(), bias_ptr, y, m, n, k);
   }
   return y;

@@ -19,7 +19,9 @@
 // [kv_heads, blocks, block_size, head_dim]. A block of keys is head_dim runs of block_size
 // lanes, so a block's scores are multiply-adds over lanes, with no transpose and no
 // horizontal sums.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
 #include "widen.h"
@@ -144,10 +146,10 @@ static inline const float* as_float(const at::BFloat16* block, float* scratch, i
 }
 
 template <typename scalar_t>
-static void attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cache,
-                             const torch::Tensor& v_cache, const torch::Tensor& block_tables,
-                             const torch::Tensor& token_seqs, const torch::Tensor& token_lens,
-                             double scale, torch::Tensor& out) {
+static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& block_tables,
+                             const at::Tensor& token_seqs, const at::Tensor& token_lens,
+                             double scale, at::Tensor& out) {
   const int64_t num_tokens = q.size(0);
   const int64_t num_heads = q.size(1);
   const int64_t head_dim = q.size(2);
@@ -282,17 +284,17 @@ static void attention_kernel(const torch::Tensor& q, const torch::Tensor& k_cach
 // row of each token's sequence in block_tables (a sequence's tokens are consecutive);
 // token_lens [tokens]: positions each token attends (its position + 1). Returns float32
 // [tokens, heads, head_dim].
-torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                              torch::Tensor block_tables, torch::Tensor token_seqs,
-                              torch::Tensor token_lens, double scale) {
+at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                              at::Tensor block_tables, at::Tensor token_seqs,
+                              at::Tensor token_lens, double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
   TORCH_CHECK(q.size(1) % k_cache.size(0) == 0, "heads not a multiple of kv heads");
   TORCH_CHECK(k_cache.size(2) == q.size(2) && v_cache.size(3) == q.size(2), "head_dim differs");
-  TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && block_tables.dim() == 2,
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2,
               "block_tables must be int64 [seqs, max_blocks]");
-  TORCH_CHECK(token_seqs.scalar_type() == torch::kInt64 &&
-                  token_lens.scalar_type() == torch::kInt64 && token_seqs.numel() == q.size(0) &&
+  TORCH_CHECK(token_seqs.scalar_type() == at::kLong &&
+                  token_lens.scalar_type() == at::kLong && token_seqs.numel() == q.size(0) &&
                   token_lens.numel() == q.size(0),
               "token_seqs and token_lens must be int64, one per token");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
@@ -307,12 +309,12 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Ten
     TORCH_CHECK(seqs[t] >= 0 && seqs[t] < block_tables.size(0) && lens[t] >= 1 &&
                     lens[t] <= block_tables.size(1) * block_size,
                 "token ", t, ": sequence row or length out of range");
-  auto out = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
-  if (q.scalar_type() == torch::kBFloat16) {
+  auto out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  if (q.scalar_type() == at::kBFloat16) {
     attention_kernel<at::BFloat16>(q, k_cache, v_cache, block_tables, token_seqs, token_lens,
                                    scale, out);
   } else {
-    TORCH_CHECK(q.scalar_type() == torch::kFloat32, "q must be float32 or bfloat16");
+    TORCH_CHECK(q.scalar_type() == at::kFloat, "q must be float32 or bfloat16");
     attention_kernel<float>(q, k_cache, v_cache, block_tables, token_seqs, token_lens, scale,
                             out);
   }
@@ -321,8 +323,8 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Ten
 
 // Stores the step's new keys and values at their slots: k and v [tokens, kv_heads, head_dim]
 // (rows may be strided, as slices of the fused qkv rows), slot_blocks and slot_offsets [tokens].
-void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Tensor v_cache,
-              torch::Tensor slot_blocks, torch::Tensor slot_offsets) {
+void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
+              at::Tensor slot_blocks, at::Tensor slot_offsets) {
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [tokens, heads, dim]");
   TORCH_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "k and v rows must be contiguous");
   TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() &&
@@ -332,8 +334,8 @@ void write_kv(torch::Tensor k, torch::Tensor v, torch::Tensor k_cache, torch::Te
   TORCH_CHECK(k_cache.size(0) == k.size(1) && k_cache.size(2) == k.size(2) &&
                   v_cache.size(3) == k.size(2),
               "cache heads or head_dim differ from k's");
-  TORCH_CHECK(slot_blocks.scalar_type() == torch::kInt64 &&
-                  slot_offsets.scalar_type() == torch::kInt64 &&
+  TORCH_CHECK(slot_blocks.scalar_type() == at::kLong &&
+                  slot_offsets.scalar_type() == at::kLong &&
                   slot_blocks.numel() == k.size(0) && slot_offsets.numel() == k.size(0),
               "slots must be int64, one per token");
   auto blocks = slot_blocks.contiguous();

@@ -2,14 +2,14 @@
 // the token may come next (llguidance's layout: little-endian 32-bit words). A cleared bit sets
 // the logit to -inf, in place. In PyTorch the bits must first be unpacked into a boolean
 // matrix the size of the logits, which cost 6-12x the mask's own computation.
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
-void apply_token_bitmask(torch::Tensor logits, torch::Tensor rows, torch::Tensor bitmask) {
+void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.stride(1) == 1,
               "logits must be a float32 matrix with contiguous rows");
   TORCH_CHECK(bitmask.dim() == 2 && bitmask.scalar_type() == at::kInt && bitmask.is_contiguous(),
