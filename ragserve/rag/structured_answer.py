@@ -37,6 +37,12 @@ class CheckedValue:
     supported: bool = True
 
 
+# Keywords whose value maps names to schemas (the map itself is not a schema).
+SCHEMA_MAPS = frozenset(
+    ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"]
+)
+
+
 def closed_schema(schema: str) -> str:
     """The schema with its objects that leave additionalProperties unsaid closed."""
 
@@ -45,7 +51,12 @@ def closed_schema(schema: str) -> str:
             return [close(item) for item in node]
         if not isinstance(node, dict):
             return node
-        closed = {key: close(value) for key, value in node.items()}
+        closed = {
+            key: {name: close(sub) for name, sub in value.items()}
+            if key in SCHEMA_MAPS and isinstance(value, dict)
+            else close(value)
+            for key, value in node.items()
+        }
         if "properties" in node and "additionalProperties" not in node:
             closed["additionalProperties"] = False
         return closed

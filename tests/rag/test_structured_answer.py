@@ -66,11 +66,15 @@ def test_objects_that_leave_more_properties_unsaid_are_closed():
         "$defs": {"open": {"properties": {}, "additionalProperties": True}},
         "anyOf": [{"properties": {"c": {"type": "integer"}}}],
     }
+    # A property named "properties" is a name, not a keyword.
+    schema["properties"]["properties"] = {"type": "object", "properties": {}}
     closed = json.loads(closed_schema(json.dumps(schema)))
     assert closed["additionalProperties"] is False
     assert closed["properties"]["a"]["additionalProperties"] is False
     assert closed["$defs"]["open"]["additionalProperties"] is True
     assert closed["anyOf"][0]["additionalProperties"] is False
+    assert "additionalProperties" not in closed["properties"]
+    assert closed["properties"]["properties"]["additionalProperties"] is False
 
 
 def test_text_cut_off_by_the_token_limit_is_no_answer():
