@@ -30,7 +30,12 @@ from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
 from ragserve.rag.rerank import Generate, Reranker
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
-from ragserve.rag.structured_answer import check_value, closed_schema, parse_json
+from ragserve.rag.structured_answer import (
+    answer_schema,
+    check_value,
+    evidence_numbers,
+    parse_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +164,7 @@ class AnswerService:
             else self.settings.structured_max_tokens,
             temperature=0,
             batch_invariant=True,
-            constraint=None if schema is None else OutputConstraint("json", closed_schema(schema)),
+            constraint=None if schema is None else self._constraint(schema, question, prompt),
         )
         async for output in generate(prompt.token_ids, params, prompt.narrowing):
             completion = output.outputs[0]
@@ -211,6 +216,11 @@ class AnswerService:
         if self.settings.extractive_fallback:
             return self._quote(prompt, evidence, probability)
         return refusal(probability)
+
+    @staticmethod
+    def _constraint(schema: str, question: str, prompt: BuiltPrompt) -> OutputConstraint:
+        allowed = evidence_numbers(question, prompt.sources)
+        return OutputConstraint("json", answer_schema(schema, allowed))
 
     def _finish_structured(
         self, text: str, question: str, prompt: BuiltPrompt, probability: float

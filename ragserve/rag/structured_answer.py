@@ -10,10 +10,12 @@ nulls and values that only restate the question state nothing a source could con
 none. The answer stands when every stating value is supported and at least one is; otherwise it
 is refused, worded as any refusal: no quote of the evidence fits a client's schema.
 
-An object of the schema that does not say whether it takes more properties is closed
-(additionalProperties: false) before generation: every reply is still valid for the client's
-schema, and a small model can no longer fill one with keys copied from the schema text
-("required": [...]) until the token limit cuts it off, as it did on the development set.
+Before generation the schema is narrowed, so that every reply still fits the client's schema
+and a small model cannot wander where the check would refuse it anyway: an object that does not
+say whether it takes more properties is closed (additionalProperties: false; the 135M model
+filled open ones with keys copied from the schema text, "required": [...], until the token
+limit cut it off), and a number may only be one the evidence or the question holds (digits are
+single tokens for it, and "120" went on as "120.000000..." to the limit).
 """
 
 import json
@@ -43,8 +45,10 @@ SCHEMA_MAPS = frozenset(
 )
 
 
-def closed_schema(schema: str) -> str:
-    """The schema with its objects that leave additionalProperties unsaid closed."""
+def answer_schema(schema: str, allowed_numbers: set[float]) -> str:
+    """The client's schema as the answer is generated under: objects that leave
+    additionalProperties unsaid are closed, and numbers are held to allowed_numbers (those of
+    the evidence and the question) where any fits."""
 
     def close(node: Any) -> Any:
         if isinstance(node, list):
@@ -59,9 +63,32 @@ def closed_schema(schema: str) -> str:
         }
         if "properties" in node and "additionalProperties" not in node:
             closed["additionalProperties"] = False
+        choices = _number_choices(node, allowed_numbers)
+        if choices:
+            closed["enum"] = choices
         return closed
 
     return json.dumps(close(json.loads(schema)))
+
+
+def _number_choices(node: dict[str, Any], allowed: set[float]) -> list[float | int | None]:
+    """The allowed numbers a schema node of numeric type may take (none when it is not
+    numeric, already chooses its values, or no allowed number fits)."""
+    kinds = node.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or "enum" in node or "const" in node:
+        return []
+    numeric = [k for k in kinds if k != "null"]
+    if not numeric or not set(numeric) <= {"number", "integer"}:
+        return []
+    whole = numeric == ["integer"]
+    fitting = sorted(n for n in allowed if n.is_integer() or not whole)
+    choices: list[float | int | None] = [int(n) if n.is_integer() else n for n in fitting]
+    return [*choices, None] if choices and "null" in kinds else choices
+
+
+def evidence_numbers(question: str, sources: list[PromptSource]) -> set[float]:
+    return set().union(_numbers(question), *(_numbers(s.chunk.text) for s in sources))
 
 
 def parse_json(text: str) -> Any | None:

@@ -3,7 +3,7 @@ import json
 from ragserve.rag.citations import CitationChecker
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.prompt import DATAMARK, PromptSource
-from ragserve.rag.structured_answer import check_value, closed_schema, parse_json
+from ragserve.rag.structured_answer import answer_schema, check_value, parse_json
 
 LIGHTHOUSE = "The Old Harbour lighthouse was built in 1874 by the engineer Thomas Brand."
 LAMP = "Its lamp can be seen from 1,500 metres away and burns paraffin."
@@ -68,13 +68,37 @@ def test_objects_that_leave_more_properties_unsaid_are_closed():
     }
     # A property named "properties" is a name, not a keyword.
     schema["properties"]["properties"] = {"type": "object", "properties": {}}
-    closed = json.loads(closed_schema(json.dumps(schema)))
+    closed = json.loads(answer_schema(json.dumps(schema), set()))
     assert closed["additionalProperties"] is False
     assert closed["properties"]["a"]["additionalProperties"] is False
     assert closed["$defs"]["open"]["additionalProperties"] is True
     assert closed["anyOf"][0]["additionalProperties"] is False
     assert "additionalProperties" not in closed["properties"]
     assert closed["properties"]["properties"]["additionalProperties"] is False
+
+
+def test_numbers_are_held_to_those_of_the_evidence_where_any_fits():
+    schema = {
+        "type": "object",
+        "properties": {
+            "year": {"type": "integer"},
+            "range": {"type": ["number", "null"]},
+            "unit": {"enum": ["m", "km"]},
+            "grade": {"type": "integer", "const": 3},
+            "mixed": {"type": ["number", "string"]},
+        },
+    }
+    allowed = {1874.0, 1500.0, 6.3}
+    narrowed = json.loads(answer_schema(json.dumps(schema), allowed))["properties"]
+    assert narrowed["year"]["enum"] == [1500, 1874]
+    assert narrowed["range"]["enum"] == [6.3, 1500, 1874, None]
+    assert narrowed["unit"]["enum"] == ["m", "km"] and narrowed["grade"] == {
+        "type": "integer",
+        "const": 3,
+    }
+    assert "enum" not in narrowed["mixed"]
+    # No fitting number: the field stays open (and the check refuses what no source holds).
+    assert "enum" not in json.loads(answer_schema(json.dumps(schema), {6.3}))["properties"]["year"]
 
 
 def test_text_cut_off_by_the_token_limit_is_no_answer():
