@@ -40,6 +40,10 @@ def system_prompt(mark: bool, schema: str | None = None) -> str:
     )
 
 
+class PromptTooLong(ValueError):
+    """The question and instruction alone (a client's schema included) do not fit the prompt."""
+
+
 @dataclass(frozen=True)
 class PromptSource:
     n: int
@@ -100,8 +104,9 @@ class PromptBuilder:
         """The prompt with as much of the evidence as fits; schema: the reply's JSON schema."""
         base = self._count(self._render(question, [], schema))
         if base > self.limit:
-            raise ValueError(
-                f"the question alone takes {base} tokens of the {self.limit} the prompt may use"
+            raise PromptTooLong(
+                f"the question and instruction alone take {base} tokens of the {self.limit} "
+                "the prompt may use"
             )
         budget = min(self.evidence_budget, self.limit - base)
         blocks: list[str] = []

@@ -20,10 +20,10 @@ from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
-from ragserve.rag.prompt import TEMPLATE_VERSION
+from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
 from ragserve.server.constraints import ResponseFormat
 from ragserve.server.dependencies import principal
-from ragserve.server.errors import APIError, from_engine, from_limit
+from ragserve.server.errors import APIError, from_engine, from_limit, invalid
 from ragserve.server.limits import LimitExceeded
 from ragserve.server.protocol import error_responses, new_id, now
 from ragserve.server.response_cache import cache_key
@@ -132,12 +132,16 @@ async def answer_events(
     try:
         generate = engine_generate(state, who, new_id(kind))
         answers = state.rag.answers.answer(access_for(who), question, generate, top_k, schema)
-        async for event in answers:
-            if event.result is not None:
-                completion_tokens = event.result.usage.get("completion_tokens", 0)
-                if key is not None and state.cache is not None:
-                    state.cache.put(key, event.result)
-            yield event
+        try:
+            async for event in answers:
+                if event.result is not None:
+                    completion_tokens = event.result.usage.get("completion_tokens", 0)
+                    if key is not None and state.cache is not None:
+                        state.cache.put(key, event.result)
+                yield event
+        except PromptTooLong as error:
+            param = "question" if schema is None else "response_format"
+            raise invalid(str(error), "context_length_exceeded", param=param) from error
     finally:
         state.limiter.release(who.user, completion_tokens)
 

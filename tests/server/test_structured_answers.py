@@ -85,6 +85,15 @@ def test_a_bad_schema_is_a_400_even_when_the_answer_would_be_refused(server, rag
     assert response.status_code == 400 and "strin" in response.json()["error"]["message"]
 
 
+def test_a_schema_too_long_for_the_prompt_is_a_400(server, rag):  # noqa: F811
+    fields = {f"field_{i}": {"type": "string", "description": "x " * 40} for i in range(400)}
+    huge = {"type": "json_schema", "json_schema": {"schema": {"properties": fields}}}
+    question = "In which year was the Old Harbour lighthouse built?"
+    response = post(server, rag["staff"], {"question": question, "response_format": huge})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
 class Built(pydantic.BaseModel):
     year: int
 
