@@ -103,6 +103,7 @@ def check_value(
     value: Any, question: str, sources: list[PromptSource], checker: CitationChecker
 ) -> CheckedValue:
     by_n = {s.n: s.chunk for s in sources}
+    held = {n: _numbers(chunk.text) for n, chunk in by_n.items()}
     checked = CheckedValue(None)
     cited: dict[int, Citation] = {}
 
@@ -121,7 +122,7 @@ def check_value(
         if isinstance(value, list):
             return [visit(v, f"{pointer}/{i}") for i, v in enumerate(value)]
         if isinstance(value, str):
-            plain = CITATION.sub("", value.replace(DATAMARK, " ")).strip()
+            plain = _clean(value)
             claims = [s for s in _sentences(value) if _states(s[0], question)]
             if claims:
                 supporters: Supporters = []
@@ -135,7 +136,7 @@ def check_value(
             return plain
         is_number = isinstance(value, int | float) and not isinstance(value, bool)
         if is_number and float(value) not in _numbers(question):
-            holding = [(n, 1.0) for n, chunk in by_n.items() if value in _numbers(chunk.text)]
+            holding = [(n, 1.0) for n, numbers_of in held.items() if value in numbers_of]
             record(pointer, str(value), holding[:1])
         return value
 
@@ -149,10 +150,15 @@ def _sentences(text: str) -> list[tuple[str, list[int]]]:
     """Each sentence of a string value without its markers, and the markers it carried."""
     found = []
     for match in SENTENCE.finditer(text):
-        plain = CITATION.sub("", match.group().replace(DATAMARK, " ")).strip()
+        plain = _clean(match.group())
         if plain:
             found.append((plain, [int(n) for n in CITATION.findall(match.group())]))
     return found
+
+
+def _clean(text: str) -> str:
+    """Text without the model's [n] markers and the datamarks it copied from the evidence."""
+    return CITATION.sub("", text.replace(DATAMARK, " ")).strip()
 
 
 def _states(text: str, question: str) -> bool:
