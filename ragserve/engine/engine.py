@@ -285,9 +285,10 @@ class LLMEngine:
                 detokenizer.add(token, num_output >= seq.params.min_tokens)
             # Nothing can follow a complete match: done without another step for EOS.
             matched = seq.matcher is not None and seq.matcher.is_stopped()
-            reason = self._finish_reason(seq, num_output, detokenizer)
             if stop_token or matched:
-                reason = "stop"
+                reason: str | None = "stop"
+            else:
+                reason = self._finish_reason(seq, num_output, detokenizer)
             if reason is not None:
                 del seq.token_ids[position + 1 :]
                 self.scheduler.finish(seq, reason)
