@@ -111,6 +111,14 @@ static inline void weight_tile(const float* x, const w_t* w, const float* bias, 
     tile<1, 8>(x + m * k_size, w, bias, y + m * n_size, k_size, n_size);
 }
 
+// Asks for bytes at p to be brought into L2 without waiting for them.
+static inline void prefetch(const void* p, int64_t bytes) {
+#ifdef RAGSERVE_AVX2
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
+#endif
+}
+
 template <typename w_t, typename y_t>
 static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y, int64_t m_size,
                         int64_t n_size, int64_t k_size) {
@@ -122,9 +130,13 @@ static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y,
     const float* xs = x + m0 * k_size;
     y_t* ys = y + m0 * n_size;
     at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
+      for (int64_t t = begin; t < end; ++t) {
+        // The next tile streams in while this one computes; without it, past one input row
+        // each tile's first pass waited on memory and the later passes left the bus idle.
+        if (t + 1 < end) prefetch(w + (t + 1) * kTileN * k_size, tile_bytes);
         weight_tile(xs, w + t * kTileN * k_size, bias ? bias + t * kTileN : nullptr,
                     ys + t * kTileN, rows, k_size, n_size);
+      }
     });
     // Weight rows past the last whole tile, one at a time.
     for (int64_t n = tiles * kTileN; n < n_size; ++n)
