@@ -58,6 +58,7 @@ def linear(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     invariant: bool = False,
+    wide: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype).
 
@@ -65,13 +66,16 @@ def linear(
     each row in one fixed order at any M; a matmul library picks its blocking (and with it
     the rounding) by M, so past SMALL_BATCH_ROWS the fast path can give a row other low bits
     in a larger batch.
+    wide: a bfloat16 weight's float32 values, kept beside it (see Projection).
     """
     kernels = extension()
     if kernels is not None and (invariant or x.shape[0] <= SMALL_BATCH_ROWS):
         return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
     if weight.dtype == torch.bfloat16 and not native_bf16():
-        # Emulated bfloat16 matmuls are 6× slower than float32 ones; widening costs one pass.
-        y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        # Emulated bfloat16 matmuls are 6× slower than float32 ones on the same (exactly
+        # widened) values.
+        wide = weight.float() if wide is None else wide
+        y = F.linear(x.float(), wide, None if bias is None else bias.float())
         return y.to(out_dtype or x.dtype)
     y = F.linear(x.to(weight.dtype), weight, bias)
     return y.to(out_dtype or x.dtype)

@@ -20,6 +20,7 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
+from ragserve.engine.config import native_bf16
 from ragserve.engine.errors import UnsupportedModelError
 from ragserve.engine.kernels import add_rms_norm, linear, rope_in_place, silu_mul
 
@@ -89,14 +90,35 @@ def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.
 
 
 @dataclass
+class Projection:
+    """A linear layer's weight [N, K] and bias. On a CPU without bfloat16 matmuls, bfloat16
+    weights also keep their float32 values (`wide`): decode-sized inputs stream the half-size
+    weight through the small-batch kernel, and prompt chunks multiply the float32 copy instead
+    of widening 200+ MB of weights on every forward pass. Both give the same numbers."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    wide: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
+        keep_wide = weight.dtype == torch.bfloat16 and not native_bf16()
+        return cls(weight, bias, weight.float() if keep_wide else None)
+
+    def __call__(
+        self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
+    ) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, out_dtype, invariant, self.wide)
+
+
+@dataclass
 class LayerWeights:
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o_proj: torch.Tensor
+    qkv: Projection
+    o_proj: Projection
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Projection
+    down: Projection
 
 
 class LlamaModel:
@@ -116,7 +138,7 @@ class LlamaModel:
 
         self.embed = take("model.embed_tokens.weight")
         self.norm = take("model.norm.weight")
-        self.lm_head = (
+        self.lm_head = Projection.of(
             self.embed
             if spec.tie_word_embeddings or "lm_head.weight" not in weights
             else take("lm_head.weight")
@@ -128,16 +150,18 @@ class LlamaModel:
             self.layers.append(
                 LayerWeights(
                     input_norm=take(p + "input_layernorm.weight"),
-                    qkv=torch.cat([take(a + ".weight") for a in attn]),
-                    qkv_bias=torch.cat([take(a + ".bias") for a in attn])
-                    if spec.qkv_bias
-                    else None,
-                    o_proj=take(p + "self_attn.o_proj.weight"),
-                    post_norm=take(p + "post_attention_layernorm.weight"),
-                    gate_up=torch.cat(
-                        [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]
+                    qkv=Projection.of(
+                        torch.cat([take(a + ".weight") for a in attn]),
+                        torch.cat([take(a + ".bias") for a in attn]) if spec.qkv_bias else None,
                     ),
-                    down=take(p + "mlp.down_proj.weight"),
+                    o_proj=Projection.of(take(p + "self_attn.o_proj.weight")),
+                    post_norm=take(p + "post_attention_layernorm.weight"),
+                    gate_up=Projection.of(
+                        torch.cat(
+                            [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")]
+                        )
+                    ),
+                    down=Projection.of(take(p + "mlp.down_proj.weight")),
                 )
             )
         self.rope = rope  # float32, as the RoPE kernel reads it
@@ -174,7 +198,7 @@ class LlamaModel:
         for layer, next_norm, (k_cache, v_cache) in zip(
             self.layers, self.next_norms, kv_layers, strict=True
         ):
-            qkv = linear(x, layer.qkv, layer.qkv_bias, invariant=invariant)
+            qkv = layer.qkv(x, invariant=invariant)
             rope_in_place(
                 qkv, positions, self.rope, spec.num_heads + spec.num_kv_heads, spec.head_dim
             )
@@ -188,15 +212,15 @@ class LlamaModel:
                 meta,
                 self.scale,
             )
-            attn_out = linear(
-                attn.reshape(num_tokens, q_size).to(self.dtype), layer.o_proj, invariant=invariant
+            attn_out = layer.o_proj(
+                attn.reshape(num_tokens, q_size).to(self.dtype), invariant=invariant
             )
             x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
-            gate_up = linear(x, layer.gate_up, invariant=invariant)
-            mlp_out = linear(silu_mul(gate_up), layer.down, invariant=invariant)
+            gate_up = layer.gate_up(x, invariant=invariant)
+            mlp_out = layer.down(silu_mul(gate_up), invariant=invariant)
             x = add_rms_norm(hidden, mlp_out, next_norm, eps)
         return x
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
-        return linear(hidden, self.lm_head, out_dtype=torch.float32, invariant=invariant)
+        return self.lm_head(hidden, out_dtype=torch.float32, invariant=invariant)

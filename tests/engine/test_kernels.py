@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ragserve.engine import kernels
+from ragserve.engine.config import native_bf16
+from ragserve.engine.model import Projection
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -43,6 +45,20 @@ def test_linear_kernel_rows_do_not_depend_on_the_batch():
     alone = torch.cat([kernels.linear(x[i : i + 1], weight) for i in range(len(x))])
     for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
         assert torch.equal(kernels.linear(x[:rows], weight), alone[:rows])
+
+
+@pytest.mark.parametrize("rows", [8, 40])
+def test_a_bfloat16_projection_gives_the_same_bits_with_its_float32_copy(rows):
+    """Where the CPU has no bfloat16 matmul, a projection keeps its weight's float32 values
+    for long inputs; that changes the speed, never the result."""
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 203).to(torch.bfloat16)
+    weight = torch.randn(37, 203).to(torch.bfloat16)
+    bias = torch.randn(37).to(torch.bfloat16)
+    projection = Projection.of(weight, bias)
+    assert (projection.wide is None) == native_bf16()
+    assert torch.equal(projection(x), kernels.linear(x, weight, bias))
+    assert Projection.of(weight.float()).wide is None, "float32 weights need no copy"
 
 
 def reference_norm(hidden, weight, eps):
