@@ -132,16 +132,15 @@ async def answer_events(
     try:
         generate = engine_generate(state, who, new_id(kind))
         answers = state.rag.answers.answer(access_for(who), question, generate, top_k, schema)
-        try:
-            async for event in answers:
-                if event.result is not None:
-                    completion_tokens = event.result.usage.get("completion_tokens", 0)
-                    if key is not None and state.cache is not None:
-                        state.cache.put(key, event.result)
-                yield event
-        except PromptTooLong as error:
-            param = "question" if schema is None else "response_format"
-            raise invalid(str(error), "context_length_exceeded", param=param) from error
+        async for event in answers:
+            if event.result is not None:
+                completion_tokens = event.result.usage.get("completion_tokens", 0)
+                if key is not None and state.cache is not None:
+                    state.cache.put(key, event.result)
+            yield event
+    except PromptTooLong as error:
+        param = "question" if schema is None else "response_format"
+        raise invalid(str(error), "context_length_exceeded", param=param) from error
     finally:
         state.limiter.release(who.user, completion_tokens)
 
