@@ -4,16 +4,16 @@
 #include <torch/csrc/utils/pybind.h>
 
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
-                              at::Tensor block_tables, at::Tensor token_seqs,
-                              at::Tensor token_lens, double scale);
+                           at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
+                           double scale);
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
               at::Tensor slot_blocks, at::Tensor slot_offsets);
-at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight,
-                                 c10::optional<at::Tensor> bias, at::ScalarType out_dtype);
-at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta,
-                           at::Tensor weight, double eps);
-void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin,
-                   int64_t heads, int64_t head_dim);
+at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> bias,
+                              at::ScalarType out_dtype);
+at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta, at::Tensor weight,
+                        double eps);
+void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin, int64_t heads,
+                   int64_t head_dim);
 at::Tensor silu_mul(at::Tensor gate_up);
 void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask);
 

@@ -103,8 +103,8 @@ static void check_rows(const at::Tensor& x, const char* name) {
 }  // namespace
 
 // hidden += delta (when given, in place); returns RMSNorm(hidden) * weight.
-at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta,
-                           at::Tensor weight, double eps) {
+at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta, at::Tensor weight,
+                        double eps) {
   check_rows(hidden, "hidden");
   TORCH_CHECK(hidden.is_contiguous() && weight.is_contiguous(), "hidden and weight contiguous");
   TORCH_CHECK(weight.numel() == hidden.size(1) && weight.scalar_type() == hidden.scalar_type(),

@@ -157,8 +157,8 @@ static void dispatch_output(const float* x, const w_t* w, const float* bias, at:
 
 }  // namespace
 
-at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight,
-                                 c10::optional<at::Tensor> bias, at::ScalarType out_dtype) {
+at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> bias,
+                              at::ScalarType out_dtype) {
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2, "x and weight must be matrices");
   TORCH_CHECK(x.size(1) == weight.size(1), "x and weight differ in K");
   TORCH_CHECK(weight.is_contiguous(), "weight must be contiguous");

@@ -285,8 +285,8 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 // token_lens [tokens]: positions each token attends (its position + 1). Returns float32
 // [tokens, heads, head_dim].
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
-                              at::Tensor block_tables, at::Tensor token_seqs,
-                              at::Tensor token_lens, double scale) {
+                           at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
+                           double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
   TORCH_CHECK(q.size(1) % k_cache.size(0) == 0, "heads not a multiple of kv heads");
