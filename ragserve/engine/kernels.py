@@ -66,19 +66,37 @@ def linear(
     each row in one fixed order at any M; a matmul library picks its blocking (and with it
     the rounding) by M, so past SMALL_BATCH_ROWS the fast path can give a row other low bits
     in a larger batch.
-    wide: a bfloat16 weight's float32 values, kept beside it (see Projection).
+    wide: the weight's float32 values for long inputs, kept beside it (long_input_weight).
     """
     kernels = extension()
     if kernels is not None and (invariant or x.shape[0] <= SMALL_BATCH_ROWS):
         return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
     if weight.dtype == torch.bfloat16 and not native_bf16():
-        # Emulated bfloat16 matmuls are 6× slower than float32 ones on the same (exactly
-        # widened) values.
         wide = weight.float() if wide is None else wide
-        y = F.linear(x.float(), wide, None if bias is None else bias.float())
+        bias32 = None if bias is None else bias.float()
+        if wide.is_mkldnn:
+            y = torch.ops.mkldnn._linear_pointwise(x.float(), wide, bias32, "none", [], "")
+        else:
+            y = F.linear(x.float(), wide, bias32)
         return y.to(out_dtype or x.dtype)
     y = F.linear(x.to(weight.dtype), weight, bias)
     return y.to(out_dtype or x.dtype)
+
+
+def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:
+    """What inputs past SMALL_BATCH_ROWS (prompt chunks) multiply instead of a bfloat16 weight
+    that this CPU has no matmul for, built once at load; None for the weight itself.
+
+    Emulated bfloat16 matmuls are 6× slower than float32 ones on the same, exactly widened,
+    values, so such a weight keeps its float32 values, in oneDNN's blocked layout where torch
+    has oneDNN: its matmul there ran 1.2-1.7× MKL's on the plain layout at 40-512 rows
+    (docs/benchmarks.md). float32 weights keep no copy: it would double their memory.
+    """
+    if weight.dtype != torch.bfloat16 or native_bf16():
+        return None
+    if torch.backends.mkldnn.is_available():
+        return torch.ops.mkldnn._reorder_linear_weight(weight.float())
+    return weight.float()
 
 
 def add_rms_norm(

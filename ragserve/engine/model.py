@@ -20,9 +20,14 @@ from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
-from ragserve.engine.config import native_bf16
 from ragserve.engine.errors import UnsupportedModelError
-from ragserve.engine.kernels import add_rms_norm, linear, rope_in_place, silu_mul
+from ragserve.engine.kernels import (
+    add_rms_norm,
+    linear,
+    long_input_weight,
+    rope_in_place,
+    silu_mul,
+)
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -91,10 +96,11 @@ def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.
 
 @dataclass
 class Projection:
-    """A linear layer's weight [N, K] and bias. On a CPU without bfloat16 matmuls, bfloat16
-    weights also keep their float32 values (`wide`): decode-sized inputs stream the half-size
-    weight through the small-batch kernel, and prompt chunks multiply the float32 copy instead
-    of widening 200+ MB of weights on every forward pass. Both give the same numbers."""
+    """A linear layer's weight [N, K] and bias, and the float32 copy of the weight that prompt
+    chunks multiply (`wide`, kernels.long_input_weight): decode-sized inputs stream `weight`
+    through the small-batch kernel (half the bytes in bfloat16), long inputs run a matmul
+    library's blocking on weights laid out for it once at load, instead of widening or
+    re-packing 200+ MB of weights on every forward pass."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
@@ -102,8 +108,7 @@ class Projection:
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
-        keep_wide = weight.dtype == torch.bfloat16 and not native_bf16()
-        return cls(weight, bias, weight.float() if keep_wide else None)
+        return cls(weight, bias, long_input_weight(weight))
 
     def __call__(
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False

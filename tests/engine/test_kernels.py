@@ -47,18 +47,23 @@ def test_linear_kernel_rows_do_not_depend_on_the_batch():
         assert torch.equal(kernels.linear(x[:rows], weight), alone[:rows])
 
 
-@pytest.mark.parametrize("rows", [8, 40])
-def test_a_bfloat16_projection_gives_the_same_bits_with_its_float32_copy(rows):
-    """Where the CPU has no bfloat16 matmul, a projection keeps its weight's float32 values
-    for long inputs; that changes the speed, never the result."""
+@pytest.mark.parametrize("weight_dtype", DTYPES)
+@pytest.mark.parametrize("rows", [8, 40, 300])
+def test_a_projection_gives_the_matmul_result_at_every_length(path, weight_dtype, rows):
+    """Where the CPU has no bfloat16 matmul, long inputs multiply the float32 copy laid out at
+    load (oneDNN's blocked layout), short ones the weight itself; either way the float32
+    matmul's result."""
     torch.manual_seed(rows)
-    x = torch.randn(rows, 203).to(torch.bfloat16)
-    weight = torch.randn(37, 203).to(torch.bfloat16)
-    bias = torch.randn(37).to(torch.bfloat16)
+    x = torch.randn(rows, 203)
+    weight = torch.randn(37, 203).to(weight_dtype)
+    bias = torch.randn(37).to(weight_dtype)
     projection = Projection.of(weight, bias)
-    assert (projection.wide is None) == native_bf16()
-    assert torch.equal(projection(x), kernels.linear(x, weight, bias))
-    assert Projection.of(weight.float()).wide is None, "float32 weights need no copy"
+    emulated = weight_dtype == torch.bfloat16 and not native_bf16()
+    assert (projection.wide is not None) == emulated, "only emulated bfloat16 keeps a copy"
+    expected = F.linear(x, weight.float(), bias.float())
+    torch.testing.assert_close(projection(x), expected, atol=1e-4, rtol=1e-4)
+    rounded = projection(x.to(weight_dtype), out_dtype=torch.float32)
+    assert rounded.dtype == torch.float32 and rounded.shape == (rows, 37)
 
 
 def reference_norm(hidden, weight, eps):
