@@ -72,6 +72,8 @@ def summarize(results: list[RequestResult], duration_s: float, slo: Slo) -> dict
         "cancelled": sum(r.cancelled for r in results),
         "failed": sum(r.status in (0, 200) and r.error is not None for r in results),
         "rejected": dict(rejected),
+        # Why requests failed or were refused: the most frequent messages and their counts.
+        "errors": dict(Counter(r.error for r in results if r.error is not None).most_common(5)),
         "duration_s": duration_s,
         "request_throughput": len(done) / duration_s,
         "output_token_throughput": out_tokens / duration_s,

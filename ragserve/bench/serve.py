@@ -166,6 +166,9 @@ def runs_markdown(report: dict) -> str:
         rejected = run["summary"]["rejected"]
         if rejected:
             lines.append(f"Rejections by status: {rejected}.\n")
+        failed = run["summary"]["failed"]
+        if failed or rejected:
+            lines.append(f"Failed: {failed}. Most frequent errors: {run['summary']['errors']}.\n")
     return "\n".join(lines)
 
 

@@ -20,16 +20,23 @@ TRACE = [
     # Cancelled after one token: never in the latency figures.
     result(0.5, [0.6], 0.7, 0, cancelled=True),
     # Rejected twice with 429, once with 503.
-    result(0.2, [], 0.21, 0, status=429),
-    result(0.3, [], 0.31, 0, status=429),
-    result(0.4, [], 0.41, 0, status=503),
+    result(0.2, [], 0.21, 0, status=429, error="too many requests"),
+    result(0.3, [], 0.31, 0, status=429, error="too many requests"),
+    result(0.4, [], 0.41, 0, status=503, error="overloaded"),
+    # The stream broke after one token.
+    result(0.5, [0.6], 0.65, 0, error="RemoteProtocolError: peer closed connection"),
 ]
 
 
 def test_latencies_throughput_and_rejections():
     report = summarize(TRACE, duration_s=2.0, slo=Slo(ttft_ms=200))
-    assert (report["requests"], report["completed"], report["cancelled"]) == (6, 2, 1)
-    assert report["rejected"] == {"429": 2, "503": 1}
+    assert (report["requests"], report["completed"], report["cancelled"]) == (7, 2, 1)
+    assert report["rejected"] == {"429": 2, "503": 1} and report["failed"] == 1
+    assert report["errors"] == {
+        "too many requests": 2,
+        "overloaded": 1,
+        "RemoteProtocolError: peer closed connection": 1,
+    }
     assert report["ttft_ms"]["mean"] == pytest.approx(200)
     assert report["ttft_ms"]["p50"] == pytest.approx(200)
     assert report["ttft_ms"]["p99"] == pytest.approx(100 + 0.99 * 200)
