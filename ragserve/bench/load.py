@@ -4,6 +4,7 @@ memory) when it exposes Prometheus metrics (ragserve and vLLM do)."""
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ GAUGES = {
     "waiting": ("ragserve:num_requests_waiting", "vllm:num_requests_waiting"),
     "rss_bytes": ("process_resident_memory_bytes",),
 }
+GAUGE_METRICS = {metric for metrics in GAUGES.values() for metric in metrics}
+# A sample line of the Prometheus text format: name, optional {labels}, value.
+SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{.*\})?\s+(\S+)")
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,16 @@ class ServerProbe:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def read(self) -> dict[str, float]:
+    async def _text(self) -> str:
         try:
             response = await self.client.get("/metrics", timeout=5)
         except httpx.HTTPError:
-            return {}
-        if response.status_code != 200:
-            return {}
+            return ""
+        return response.text if response.status_code == 200 else ""
+
+    async def read(self) -> dict[str, float]:
         values: dict[str, float] = {}
-        for family in text_string_to_metric_families(response.text):
+        for family in text_string_to_metric_families(await self._text()):
             for sample in family.samples:
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 name = f"{sample.name}{{{labels}}}" if labels else sample.name
@@ -61,21 +66,21 @@ class ServerProbe:
         return values
 
     async def gauges(self) -> dict[str, float]:
-        values = await self.read()
+        """The GAUGES now. Only their lines are parsed: a full parse of every histogram, four
+        times a second, cost the client more CPU than its 32 streams did, on the cores the
+        server under test was using."""
+        series: dict[str, list[float]] = {}
+        for line in (await self._text()).splitlines():
+            sample = SAMPLE_LINE.match(line)
+            if sample and sample[1] in GAUGE_METRICS:
+                series.setdefault(sample[1], []).append(float(sample[2]))
         gauges = {}
         for name, metrics in GAUGES.items():
-            series = next(
-                (
-                    found
-                    for m in metrics
-                    if (found := [v for k, v in values.items() if k.split("{")[0] == m])
-                ),
-                [],
-            )
-            if not series:
+            found = next((series[m] for m in metrics if m in series), [])
+            if not found:
                 gauges[name] = float("nan")
             else:
-                gauges[name] = sum(series) / (len(series) if name == "kv_cache_usage" else 1)
+                gauges[name] = sum(found) / (len(found) if name == "kv_cache_usage" else 1)
         return gauges
 
     async def wait_idle(self, timeout_s: float = 60.0) -> dict[str, float]:

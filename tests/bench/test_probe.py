@@ -10,7 +10,9 @@ ragserve:num_requests_running{replica="a"} 1.0
 ragserve:num_requests_running{replica="b"} 2.0
 # TYPE ragserve:kv_cache_usage_perc gauge
 ragserve:kv_cache_usage_perc{replica="a"} 0.25
-ragserve:kv_cache_usage_perc{replica="b"} 0.75
+ragserve:kv_cache_usage_perc{replica="b model"} 0.75 1733000000000
+# A longer name that starts like a gauge's is not that gauge.
+ragserve:num_requests_waiting_seconds_sum 9.0
 # TYPE ragserve:request_success counter
 ragserve:request_success_total{finished_reason="abort"} 3.0
 """
