@@ -44,6 +44,7 @@ ENGINE_FIELDS = (
     "enable_prefix_caching",
     "speculative_tokens",
     "speculative_max_batch",
+    "speculative_min_acceptance",
     "batch_invariant",
     "num_threads",
 )
@@ -70,10 +71,12 @@ class Settings(BaseSettings):
     max_queued_tokens: int = Field(ENGINE["max_queued_tokens"], ge=1)
     # Reuse the KV blocks of earlier prompts' shared prefixes (within a tenant).
     enable_prefix_caching: bool = ENGINE["enable_prefix_caching"]
-    # Draft tokens per step for greedy requests by prompt lookup (0: off), and the most
-    # decoding sequences at which it is used.
+    # Draft tokens per step for greedy requests by prompt lookup (0: off); the most decoding
+    # sequences at which every one gets drafts, and past that the accepted share a sequence's
+    # drafts need to go on (see EngineConfig).
     speculative_tokens: int = Field(ENGINE["speculative_tokens"], ge=0, le=16)
     speculative_max_batch: int = Field(ENGINE["speculative_max_batch"], ge=0)
+    speculative_min_acceptance: float = Field(ENGINE["speculative_min_acceptance"], ge=0, le=1)
     # Every request in the batch-invariant mode: greedy output independent of batch, chunking
     # and prefix cache (answers always are; see the README).
     batch_invariant: bool = ENGINE["batch_invariant"]

@@ -53,10 +53,14 @@ class EngineConfig:
     max_queued_tokens: int = 1 << 20
     enable_prefix_caching: bool = True
     # Speculative decoding by prompt lookup (ngram.py) for plain greedy requests: draft tokens
-    # verified per step (0: off), while at most speculative_max_batch sequences decode. Past
-    # that the step is compute-bound and a wider verify step costs more than it saves.
+    # verified per step (0: off). While at most speculative_max_batch sequences decode, every
+    # such sequence gets drafts: a step there streams the weights, and a few more rows come
+    # almost free. Past that the step is compute-bound, a draft token costs about what a
+    # decode does, and only sequences whose recent drafts were accepted at a share of at
+    # least speculative_min_acceptance (an exponential average) get more.
     speculative_tokens: int = 4
     speculative_max_batch: int = 4
+    speculative_min_acceptance: float = 0.5
     # Every request in the batch-invariant mode (model.py); otherwise only those asking.
     batch_invariant: bool = False
     num_threads: int | None = None
@@ -80,6 +84,8 @@ class EngineConfig:
         for name in ("output_reserve_tokens", "speculative_tokens", "speculative_max_batch"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        if not 0 <= self.speculative_min_acceptance <= 1:
+            raise ValueError("speculative_min_acceptance must be between 0 and 1")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be at least 2")
 

@@ -2,11 +2,12 @@
 
 One token budget per step: running decodes first, then unfinished prefills, then new requests
 from the fair queue, each prefill cut to what is left of the budget (chunked prefill), so a long
-prompt delays the running decodes by at most one step. When few sequences decode, greedy ones
-get draft tokens to verify in the same step (speculative decoding, ngram.py). A waiting request
-is admitted only when the KV blocks for its uncached tokens plus an output reserve are free. A
-running sequence that cannot grow preempts the most recently admitted one (recompute: its blocks
-are freed and it goes back to the queue, where its cached prefix usually survives).
+prompt delays the running decodes by at most one step. Greedy decodes get draft tokens to verify
+in the same step (speculative decoding, ngram.py): all of them while few decode, past that only
+those whose drafts have mostly been accepted. A waiting request is admitted only when the KV
+blocks for its uncached tokens plus an output reserve are free. A running sequence that cannot
+grow preempts the most recently admitted one (recompute: its blocks are freed and it goes back
+to the queue, where its cached prefix usually survives).
 """
 
 import time
@@ -111,14 +112,19 @@ class Scheduler:
             batch.add(seq, 1)
             index += 1
         batch.num_decodes = len(batch.seqs)
-        if (
-            self.config.speculative_tokens
-            and 0 < batch.num_decodes <= self.config.speculative_max_batch
-        ):
+        if self.config.speculative_tokens and batch.num_decodes:
             self._add_drafts(batch, budget - batch.num_tokens)
+
+    def _drafts_pay(self, seq: Sequence, num_decodes: int) -> bool:
+        if not seq.params.speculatable:
+            return False
+        if num_decodes <= self.config.speculative_max_batch or seq.draft_acceptance is None:
+            return True
+        return seq.draft_acceptance >= self.config.speculative_min_acceptance
 
     def _add_drafts(self, batch: ScheduledBatch, spare: int) -> None:
         single, drafted = [], []
+        num_decodes = batch.num_decodes
         for seq in batch.seqs:
             # The draft plus the token after it must fit in max_tokens and the step's budget.
             room = min(
@@ -126,7 +132,7 @@ class Scheduler:
                 seq.max_tokens - seq.num_output_tokens - 1,
                 spare,
             )
-            draft = propose(seq.token_ids, room) if seq.params.speculatable else []
+            draft = propose(seq.token_ids, room) if self._drafts_pay(seq, num_decodes) else []
             if draft and self.block_manager.can_append(seq, len(draft)):
                 self.block_manager.append_slots(seq, len(draft))
                 batch.drafts[seq] = draft
@@ -159,6 +165,9 @@ class Scheduler:
                 seq.num_computed_tokens += len(tokens)
                 self.num_draft_tokens += len(draft)
                 self.num_accepted_tokens += len(tokens) - 1
+                share = (len(tokens) - 1) / len(draft)
+                previous = seq.draft_acceptance
+                seq.draft_acceptance = share if previous is None else (previous + share) / 2
             seq.token_ids.extend(tokens)
             self.waiting.charge(seq.user, 0, len(tokens))
             self.block_manager.publish_computed_blocks(seq)

@@ -43,6 +43,8 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: str | None = None
     generator: torch.Generator | None = None
+    # Exponential average of the accepted share of this sequence's drafts; None before any.
+    draft_acceptance: float | None = None
     # Tracks the output against the request's constraint (structured.py), if it has one.
     matcher: llguidance.LLMatcher | None = None
     # Per output token, when the request asked for logprobs: {token id: log-probability}.

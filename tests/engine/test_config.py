@@ -14,3 +14,17 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it(monkeypatch, nati
 def test_an_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="dtype must be"):
         EngineConfig(dtype="float16")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_num_seqs", 0, "max_num_seqs must be at least 1"),
+        ("speculative_tokens", -1, "speculative_tokens must not be negative"),
+        ("speculative_min_acceptance", 1.5, "between 0 and 1"),
+        ("speculative_min_acceptance", -0.1, "between 0 and 1"),
+    ],
+)
+def test_out_of_range_limits_are_refused_with_their_name(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**{field: value})

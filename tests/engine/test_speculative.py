@@ -86,21 +86,53 @@ def test_sampled_and_adjusted_requests_get_no_drafts(plain_and_speculative):
     assert speculative.engine.stats().spec_decode_draft_tokens == before
 
 
-def test_drafts_only_while_few_sequences_decode():
-    scheduler = make_scheduler(64, speculative_tokens=3, speculative_max_batch=2)
-    repeating = [5, 6, 5, 6, 5, 6, 5]
-    seqs = [make_seq(f"r{i}", repeating) for i in range(3)]
+def decoding(scheduler, seqs):
+    """Admit and prefill seqs; each then decodes, its prompt's repeating pattern continued."""
     for seq in seqs:
         scheduler.add(seq)
-    batch = scheduler.schedule()  # the three prefills
-    scheduler.postprocess(batch, {seq: [6] for seq in seqs})
+    scheduler.postprocess(scheduler.schedule(), {seq: [6] for seq in seqs})
+
+
+REPEATING = [5, 6, 5, 6, 5, 6, 5]
+
+
+def test_every_greedy_decode_gets_drafts_while_few_decode():
+    scheduler = make_scheduler(64, speculative_tokens=3, speculative_max_batch=2)
+    seqs = [make_seq(f"r{i}", REPEATING) for i in range(2)]
+    decoding(scheduler, seqs)
+    for seq in seqs:
+        seq.draft_acceptance = 0.0  # a poor record does not matter in a small batch
     batch = scheduler.schedule()
-    assert not batch.drafts, "three decoding sequences exceed speculative_max_batch"
-    scheduler.finish(seqs[2], "abort")
-    batch = scheduler.schedule()
-    assert set(batch.drafts) == set(seqs[:2])
+    assert set(batch.drafts) == set(seqs)
     assert batch.num_decodes == 0
     # Each computes its last token and a draft of at most 3, with blocks for all of them.
-    assert batch.num_new_tokens == [1 + len(batch.drafts[s]) for s in seqs[:2]]
-    for seq in seqs[:2]:
+    assert batch.num_new_tokens == [1 + len(batch.drafts[s]) for s in seqs]
+    for seq in seqs:
         assert len(seq.block_table) * 4 >= seq.num_tokens + len(batch.drafts[seq])
+
+
+def test_past_a_small_batch_only_sequences_whose_drafts_were_accepted_get_more():
+    scheduler = make_scheduler(64, speculative_tokens=3, speculative_max_batch=2)
+    seqs = [make_seq(f"r{i}", REPEATING) for i in range(4)]
+    decoding(scheduler, seqs)
+    # No record yet, mostly accepted, mostly rejected, exactly at the threshold (0.5).
+    for seq, acceptance in zip(seqs, [None, 0.75, 0.25, 0.5], strict=True):
+        seq.draft_acceptance = acceptance
+    batch = scheduler.schedule()
+    assert set(batch.drafts) == {seqs[0], seqs[1], seqs[3]}
+    assert batch.num_decodes == 1 and batch.seqs[0] is seqs[2]
+
+
+def test_a_sequence_s_acceptance_averages_its_drafts_outcomes():
+    scheduler = make_scheduler(64, speculative_tokens=4, speculative_max_batch=4)
+    seq = make_seq("r", REPEATING, max_tokens=64)
+    decoding(scheduler, [seq])
+    batch = scheduler.schedule()
+    # The latest earlier (5, 6, 5, 6) is followed by the last two tokens.
+    assert batch.drafts[seq] == [5, 6]
+    scheduler.postprocess(batch, {seq: [5, 6, 5]})  # both accepted, and the next token
+    assert seq.draft_acceptance == 1.0
+    batch = scheduler.schedule()
+    assert batch.drafts[seq] == [6, 5]
+    scheduler.postprocess(batch, {seq: [9]})  # none accepted: the model's own token
+    assert seq.draft_acceptance == 0.5
