@@ -96,11 +96,11 @@ def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.
 
 @dataclass
 class Projection:
-    """A linear layer's weight [N, K] and bias, and the float32 copy of the weight that prompt
-    chunks multiply (`wide`, kernels.long_input_weight): decode-sized inputs stream `weight`
-    through the small-batch kernel (half the bytes in bfloat16), long inputs run a matmul
-    library's blocking on weights laid out for it once at load, instead of widening or
-    re-packing 200+ MB of weights on every forward pass."""
+    """A linear layer's weight [N, K] and bias. A bfloat16 weight on a CPU without bfloat16
+    matmuls also keeps a float32 copy laid out for oneDNN once at load (`wide`,
+    kernels.long_input_weight): decode-sized inputs stream the half-size weight through the
+    small-batch kernel, prompt chunks multiply the copy instead of widening 200+ MB of weights
+    on every forward pass."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
