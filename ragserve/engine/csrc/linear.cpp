@@ -36,13 +36,6 @@ constexpr int64_t kRowBlock = 32;
 constexpr int64_t kMinThreadBytes = 1 << 16;
 
 #ifdef RAGSERVE_AVX2
-static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-
-static inline __m256 load8(const at::BFloat16* p) {
-  __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
-}
-
 static inline float sum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -40,7 +40,7 @@
 
 namespace {
 
-constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileRows = 16;
 // Multiply-adds below which a batch of tasks is not split across threads: waking a thread
 // costs about as much as this much work.
 constexpr int64_t kMinTaskWork = 1 << 18;
@@ -84,14 +84,14 @@ static inline void prefetch(const scalar_t* ptr, int64_t elems) {
 #if defined(__AVX2__) && defined(__FMA__)
 // One 16-position block's scores for kPairs query heads at once, two vectors of lanes each;
 // every lane is its own multiply-add chain over head_dim, as in block_scores_any.
-template <int kPairs>
-static inline void block_scores16(const float* const* queries, const float* keys,
+template <int kPairs, typename scalar_t>
+static inline void block_scores16(const float* const* queries, const scalar_t* keys,
                                   int64_t head_dim, float* const* outs) {
   __m256 low[kPairs], high[kPairs];
   for (int p = 0; p < kPairs; ++p) low[p] = high[p] = _mm256_setzero_ps();
   for (int64_t i = 0; i < head_dim; ++i) {
-    const __m256 keys_low = _mm256_loadu_ps(keys + i * 16);
-    const __m256 keys_high = _mm256_loadu_ps(keys + i * 16 + 8);
+    const __m256 keys_low = load8(keys + i * 16);
+    const __m256 keys_high = load8(keys + i * 16 + 8);
     for (int p = 0; p < kPairs; ++p) {
       const __m256 qi = _mm256_broadcast_ss(queries[p] + i);
       low[p] = _mm256_fmadd_ps(qi, keys_low, low[p]);
@@ -106,43 +106,73 @@ static inline void block_scores16(const float* const* queries, const float* keys
 #endif
 
 // The same for a block size known only at run time.
-static inline void block_scores_any(const float* query, const float* keys, int64_t head_dim,
+template <typename scalar_t>
+static inline void block_scores_any(const float* query, const scalar_t* keys, int64_t head_dim,
                                     int64_t block_size, float* out) {
   std::fill(out, out + block_size, 0.0f);
   for (int64_t i = 0; i < head_dim; ++i) {
-    const float* run = keys + i * block_size;
-    for (int64_t j = 0; j < block_size; ++j) out[j] = madd(out[j], query[i], run[j]);
+    const scalar_t* run = keys + i * block_size;
+    for (int64_t j = 0; j < block_size; ++j) out[j] = madd(out[j], query[i], widen(run[j]));
   }
 }
 
-// a[i] += sum over j < count of probs[j] * values[j][i], a chain over j for every i.
-static inline void accumulate_values(float* a, const float* probs, const float* values,
-                                     int64_t count, int64_t head_dim) {
+// a[i] += sum over j < count of probs[j] * values[j][i], a chain over j for every i, for two
+// query heads at once (a1 may be null): both read, and widen, each value vector once.
+#if defined(__AVX2__) && defined(__FMA__)
+// 32 consecutive dimensions of both: eight independent chains keep both multiply-add units busy
+// through their four-cycle latency.
+template <typename scalar_t>
+static inline void accumulate_lanes(float* a0, float* a1, const float* probs0,
+                                    const float* probs1, const scalar_t* values, int64_t count0,
+                                    int64_t count1, int64_t head_dim) {
+  __m256 acc0[4], acc1[4];
+  for (int v = 0; v < 4; ++v) {
+    acc0[v] = _mm256_loadu_ps(a0 + 8 * v);
+    acc1[v] = a1 ? _mm256_loadu_ps(a1 + 8 * v) : _mm256_setzero_ps();
+  }
+  const int64_t both = std::max<int64_t>(0, std::min(count0, a1 ? count1 : 0));
+  for (int64_t j = 0; j < both; ++j) {
+    const __m256 weight0 = _mm256_broadcast_ss(probs0 + j);
+    const __m256 weight1 = _mm256_broadcast_ss(probs1 + j);
+    for (int v = 0; v < 4; ++v) {
+      const __m256 value = load8(values + j * head_dim + 8 * v);
+      acc0[v] = _mm256_fmadd_ps(weight0, value, acc0[v]);
+      acc1[v] = _mm256_fmadd_ps(weight1, value, acc1[v]);
+    }
+  }
+  for (int64_t j = both; j < count0; ++j) {
+    const __m256 weight0 = _mm256_broadcast_ss(probs0 + j);
+    for (int v = 0; v < 4; ++v)
+      acc0[v] = _mm256_fmadd_ps(weight0, load8(values + j * head_dim + 8 * v), acc0[v]);
+  }
+  for (int64_t j = both; a1 && j < count1; ++j) {
+    const __m256 weight1 = _mm256_broadcast_ss(probs1 + j);
+    for (int v = 0; v < 4; ++v)
+      acc1[v] = _mm256_fmadd_ps(weight1, load8(values + j * head_dim + 8 * v), acc1[v]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    _mm256_storeu_ps(a0 + 8 * v, acc0[v]);
+    if (a1) _mm256_storeu_ps(a1 + 8 * v, acc1[v]);
+  }
+}
+#endif
+
+template <typename scalar_t>
+static inline void accumulate_values(float* a0, float* a1, const float* probs0,
+                                     const float* probs1, const scalar_t* values, int64_t count0,
+                                     int64_t count1, int64_t head_dim) {
   int64_t i = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-  // Four vectors at a time: four independent chains hide the multiply-add latency.
-  for (; i + 32 <= head_dim; i += 32) {
-    __m256 acc[4];
-    for (int v = 0; v < 4; ++v) acc[v] = _mm256_loadu_ps(a + i + 8 * v);
-    for (int64_t j = 0; j < count; ++j) {
-      const __m256 weight = _mm256_broadcast_ss(probs + j);
-      for (int v = 0; v < 4; ++v)
-        acc[v] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + j * head_dim + i + 8 * v),
-                                 acc[v]);
-    }
-    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(a + i + 8 * v, acc[v]);
-  }
+  for (; i + 32 <= head_dim; i += 32)
+    accumulate_lanes(a0 + i, a1 ? a1 + i : nullptr, probs0, probs1, values + i, count0, count1,
+                     head_dim);
 #endif
-  for (; i < head_dim; ++i)
-    for (int64_t j = 0; j < count; ++j) a[i] = madd(a[i], probs[j], values[j * head_dim + i]);
-}
-
-// A block as float32: float32 blocks are read in place, bfloat16 ones widened into scratch.
-static inline const float* as_float(const float* block, float*, int64_t) { return block; }
-
-static inline const float* as_float(const at::BFloat16* block, float* scratch, int64_t elems) {
-  for (int64_t x = 0; x < elems; ++x) scratch[x] = widen(block[x]);
-  return scratch;
+  for (; i < head_dim; ++i) {
+    for (int64_t j = 0; j < count0; ++j)
+      a0[i] = madd(a0[i], probs0[j], widen(values[j * head_dim + i]));
+    for (int64_t j = 0; a1 && j < count1; ++j)
+      a1[i] = madd(a1[i], probs1[j], widen(values[j * head_dim + i]));
+  }
 }
 
 template <typename scalar_t>
@@ -188,8 +218,6 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
     Scratch query = scratch(max_pairs * dim_stride);
     Scratch acc = scratch(max_pairs * dim_stride);
     Scratch scores = scratch(max_pairs * score_stride);
-    Scratch key_block = scratch(block_elems);
-    Scratch value_block = scratch(block_elems);
     std::vector<const float*> pair_queries(max_pairs);
     std::vector<float*> pair_outs(max_pairs);
     for (int64_t task = begin; task < end; ++task) {
@@ -215,8 +243,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       const int64_t num_blocks = (tile_len + block_size - 1) / block_size;
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(k_head + table[b + 1] * block_elems, block_elems);
-        const float* keys =
-            as_float(k_head + table[b] * block_elems, key_block.get(), block_elems);
+        const scalar_t* keys = k_head + table[b] * block_elems;
         const int64_t base = b * block_size;
         // Query heads whose context reaches this block. Score rows hold whole blocks, so lanes
         // past a head's context are written and never read.
@@ -259,14 +286,17 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(v_head + table[b + 1] * block_elems, block_elems);
-        const float* values =
-            as_float(v_head + table[b] * block_elems, value_block.get(), block_elems);
+        const scalar_t* values = v_head + table[b] * block_elems;
         const int64_t base = b * block_size;
-        for (int64_t p = 0; p < pairs; ++p) {
-          const int64_t count = std::min(block_size, pair_len(p) - base);
-          const float* probs = scores.get() + p * score_stride + base;
-          float* a = acc.get() + p * dim_stride;
-          accumulate_values(a, probs, values, count, head_dim);
+        for (int64_t p = 0; p < pairs; p += 2) {
+          const bool second = p + 1 < pairs;
+          const int64_t next = second ? p + 1 : p;
+          accumulate_values(acc.get() + p * dim_stride,
+                            second ? acc.get() + next * dim_stride : nullptr,
+                            scores.get() + p * score_stride + base,
+                            scores.get() + next * score_stride + base, values,
+                            std::min(block_size, pair_len(p) - base),
+                            std::min(block_size, pair_len(next) - base), head_dim);
         }
       }
       for (int64_t p = 0; p < pairs; ++p) {

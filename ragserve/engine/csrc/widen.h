@@ -16,3 +16,15 @@ static inline float widen(c10::BFloat16 x) {
   std::memcpy(&out, &bits, sizeof(out));
   return out;
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+// Eight consecutive values as float32 lanes.
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+static inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+#endif
