@@ -27,11 +27,13 @@
 #include "widen.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -41,8 +43,8 @@
 namespace {
 
 constexpr int64_t kTileRows = 16;
-// Multiply-adds below which a batch of tasks is not split across threads: waking a thread
-// costs about as much as this much work.
+// Multiply-adds below which a call takes no further thread: waking one costs about as much as
+// this much work.
 constexpr int64_t kMinTaskWork = 1 << 18;
 // Floats per cache line: scratch row strides are rounded up to it.
 constexpr int64_t kLineFloats = 16;
@@ -212,15 +214,37 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
   const int64_t max_pairs = kTileRows * group;
   const int64_t dim_stride = line_stride(head_dim);
   const int64_t score_stride = line_stride((max_len + block_size - 1) / block_size * block_size);
-  const int64_t grain = std::max<int64_t>(1, kMinTaskWork / (max_len * head_dim * group));
 
-  at::parallel_for(0, num_tiles * num_kv_heads, grain, [&](int64_t begin, int64_t end) {
+  // A task is a tile and a kv head; its work is its tile's longest context times its rows.
+  std::vector<int64_t> tile_lens(num_tiles), tile_work(num_tiles);
+  int64_t total_work = 0;
+  for (int64_t tile = 0; tile < num_tiles; ++tile) {
+    const int64_t first = tile_starts[tile], rows = tile_starts[tile + 1] - first;
+    tile_lens[tile] = *std::max_element(lens + first, lens + first + rows);
+    tile_work[tile] = tile_lens[tile] * rows;
+    total_work += tile_work[tile] * num_kv_heads * group * head_dim;
+  }
+  // Threads take tasks one at a time, the largest first. A prompt chunk's later tiles attend to
+  // more positions, so splitting the task list into one contiguous range per thread left one
+  // thread waiting for the other through much of a prefill step.
+  const int64_t num_tasks = num_tiles * num_kv_heads;
+  std::vector<int64_t> order(num_tasks);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return tile_work[a / num_kv_heads] > tile_work[b / num_kv_heads];
+  });
+  const int64_t workers =
+      std::clamp<int64_t>(total_work / kMinTaskWork, 1, at::get_num_threads());
+  std::atomic<int64_t> next_task{0};
+
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch query = scratch(max_pairs * dim_stride);
     Scratch acc = scratch(max_pairs * dim_stride);
     Scratch scores = scratch(max_pairs * score_stride);
     std::vector<const float*> pair_queries(max_pairs);
     std::vector<float*> pair_outs(max_pairs);
-    for (int64_t task = begin; task < end; ++task) {
+    for (int64_t taken = next_task++; taken < num_tasks; taken = next_task++) {
+      const int64_t task = order[taken];
       const int64_t tile = task / num_kv_heads;
       const int64_t kv_head = task % num_kv_heads;
       const int64_t first = tile_starts[tile];
@@ -229,8 +253,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       const int64_t* table = tables + seqs[first] * max_blocks;
       const scalar_t* k_head = k_ptr + kv_head * cache_blocks * block_elems;
       const scalar_t* v_head = v_ptr + kv_head * cache_blocks * block_elems;
-      int64_t tile_len = 0;
-      for (int64_t r = 0; r < rows; ++r) tile_len = std::max(tile_len, lens[first + r]);
+      const int64_t tile_len = tile_lens[tile];
       // Pair p is query head (kv_head * group + p % group) of token first + p / group.
       auto pair_len = [&](int64_t p) { return lens[first + p / group]; };
       for (int64_t p = 0; p < pairs; ++p) {
