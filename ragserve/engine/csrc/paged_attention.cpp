@@ -209,12 +209,6 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
   }
   tile_starts.push_back(num_tokens);
   const int64_t num_tiles = int64_t(tile_starts.size()) - 1;
-  int64_t max_len = 1;
-  for (int64_t t = 0; t < num_tokens; ++t) max_len = std::max(max_len, lens[t]);
-  const int64_t max_pairs = kTileRows * group;
-  const int64_t dim_stride = line_stride(head_dim);
-  const int64_t score_stride = line_stride((max_len + block_size - 1) / block_size * block_size);
-
   // A task is a tile and a kv head; its work is its tile's longest context times its rows.
   std::vector<int64_t> tile_lens(num_tiles), tile_work(num_tiles);
   int64_t total_work = 0;
@@ -224,6 +218,12 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
     tile_work[tile] = tile_lens[tile] * rows;
     total_work += tile_work[tile] * num_kv_heads * group * head_dim;
   }
+  int64_t max_len = 1;  // a call with no tokens still sizes its scratch
+  for (const int64_t len : tile_lens) max_len = std::max(max_len, len);
+  const int64_t max_pairs = kTileRows * group;
+  const int64_t dim_stride = line_stride(head_dim);
+  const int64_t score_stride = line_stride((max_len + block_size - 1) / block_size * block_size);
+
   // Threads take tasks one at a time, the largest first. A prompt chunk's later tiles attend to
   // more positions, so splitting the task list into one contiguous range per thread left one
   // thread waiting for the other through much of a prefill step.
