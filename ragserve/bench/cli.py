@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 
+from ragserve.bench.compare_command import compare_command
 from ragserve.bench.grammar import grammar_command
 from ragserve.bench.load_options import (
     CancelShareOption,
@@ -180,6 +181,7 @@ def serve(
 
 
 bench_app.command("grammar")(grammar_command)
+bench_app.command("compare")(compare_command)
 
 
 @bench_app.command("soak")

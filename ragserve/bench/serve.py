@@ -90,8 +90,11 @@ async def sweep(
 
 
 def load_client(url: str) -> httpx.AsyncClient:
-    """A client for a load run: no cap on connections (the workload sets the concurrency)."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    """A client for a load run: no cap on connections (the workload sets the concurrency), and
+    a connection of its own for every request. llama.cpp's server closes kept-alive connections
+    as the client reuses them: 1 and 3 of 8 one-at-a-time requests then failed with "Server
+    disconnected without sending a response", none with a connection each."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     return httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits)
 
 

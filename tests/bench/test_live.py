@@ -129,6 +129,38 @@ def test_serve_command_sweeps_and_writes_reports(server, tmp_path):
     assert {p.name for p in tmp_path.iterdir()} >= {"s.json", "s.md", "s-sweep.png", "s-server.png"}
 
 
+def test_compare_command_runs_every_server_on_the_same_prompts_in_alternating_order(
+    server, tmp_path
+):
+    key = server.key("cat")
+    names = ["a", "b"]
+    report = bench(
+        "compare",
+        *("--server", f"a={server.url}", "--server", f"b={server.url}"),
+        *("--api-key", f"a={key}", "--api-key", f"b={key}"),
+        *("--concurrency", "1,2", "--rounds", "2", "--requests-per-stream", "1"),
+        *("--min-requests", "2", "--warmup-requests", "1"),
+        *("--input-len", "16-24", "--output-len", "4-4", "--out", str(tmp_path)),
+    )
+    assert [(c["round"], c["concurrency"], c["order"]) for c in report["cells"]] == [
+        (1, 1, names),
+        (1, 2, names),
+        (2, 1, names[::-1]),
+        (2, 2, names[::-1]),
+    ]
+    for cell in report["cells"]:
+        a, b = cell["runs"]["a"], cell["runs"]["b"]
+        assert a["completed"] == b["completed"] == 2
+        assert a["prompt_tokens_mean"] == b["prompt_tokens_mean"], "same prompts for both"
+    ratios = [
+        c["runs"]["a"]["output_token_throughput"] / c["runs"]["b"]["output_token_throughput"]
+        for c in report["cells"]
+        if c["concurrency"] == 2
+    ]
+    assert report["medians"]["2"]["ratio"]["b"]["median"] == pytest.approx(sum(ratios) / 2)
+    assert {p.name for p in tmp_path.iterdir()} == {"compare.json", "compare.md"}
+
+
 def test_rag_command_reports_the_time_split(server, tmp_path):
     writer = server.key("wes", ("staff",), role=Role.WRITER)
     httpx.post(

@@ -1,0 +1,113 @@
+"""`ragserve bench compare`: the command around bench/compare.py."""
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragserve.bench.load_options import (
+    InputLenOption,
+    OutputLenOption,
+    TokenizerOption,
+    completion_jobs,
+    show_report,
+    token_range,
+)
+from ragserve.engine.config import DEFAULT_MODEL
+
+
+def named(items: list[str], option: str) -> dict[str, str]:
+    """NAME=VALUE items as a dict, in their order."""
+    pairs = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise typer.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint=option)
+        if name in pairs:
+            raise typer.BadParameter(f"{name!r} given twice", param_hint=option)
+        pairs[name] = value
+    return pairs
+
+
+def positive_numbers(text: str, option: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in text.split(",")]
+    except ValueError as error:
+        raise typer.BadParameter(f"expected N,N,..., got {text!r}", param_hint=option) from error
+    if min(numbers) < 1:
+        raise typer.BadParameter("every number must be at least 1", param_hint=option)
+    return numbers
+
+
+def compare_command(
+    server: Annotated[
+        list[str],
+        typer.Option(
+            help="NAME=URL of a server's root; repeatable, two or more. The first is compared "
+            "with each other."
+        ),
+    ],
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option("--api-key", help="NAME=KEY: the key sent to that server; repeatable."),
+    ] = None,
+    concurrency: Annotated[str, typer.Option(help="Streams in flight, comma-separated.")] = (
+        "1,8,32"
+    ),
+    rounds: Annotated[int, typer.Option(help="Rounds; the servers' order turns each round.")] = 3,
+    requests_per_stream: Annotated[
+        int, typer.Option(help="Requests of a run per stream in flight.")
+    ] = 2,
+    min_requests: Annotated[int, typer.Option(help="Fewest requests of a run.")] = 4,
+    warmup_requests: Annotated[
+        int, typer.Option(help="Requests each server gets first, not counted (0: none).")
+    ] = 4,
+    input_len: InputLenOption = "200-200",
+    output_len: OutputLenOption = "128-128",
+    tokenizer: TokenizerOption = DEFAULT_MODEL,
+    seed: int = 0,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
+    name: Annotated[str, typer.Option(help="Report file name.")] = "compare",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Servers side by side on random prompts with EOS ignored: every concurrency runs each
+    server back to back on the same prompts, in rounds whose order alternates; prints each
+    run and the median ratio of the first server's output tok/s over each other's."""
+    from ragserve.bench import compare
+    from ragserve.bench.workload import Dataset
+    from ragserve.reports import run_metadata, write_report
+
+    urls = named(server, "--server")
+    keys = named(api_key or [], "--api-key")
+    if len(urls) < 2:
+        raise typer.BadParameter("compare needs two servers or more", param_hint="--server")
+    unknown = sorted(set(keys) - set(urls))
+    if unknown:
+        raise typer.BadParameter(f"no --server named {', '.join(unknown)}", param_hint="--api-key")
+    if min(rounds, requests_per_stream, min_requests) < 1 or warmup_requests < 0:
+        raise typer.BadParameter("--rounds and the request counts must be positive")
+    concurrencies = positive_numbers(concurrency, "--concurrency")
+    dataset = Dataset("random", token_range(input_len), token_range(output_len))
+    targets = [compare.Target(n, url, keys.get(n, "")) for n, url in urls.items()]
+    jobs = {
+        t.name: completion_jobs(t.url, [t.key], None, dataset, tokenizer, seed)[0] for t in targets
+    }
+    names = [t.name for t in targets]
+    planned = compare.cells(names, concurrencies, rounds, requests_per_stream, min_requests, seed)
+    records = asyncio.run(compare.run(targets, jobs, planned, warmup_requests))
+    workload = (
+        f"random prompts of {input_len} tokens, {output_len} output tokens with EOS ignored, "
+        f"streams {concurrency}, {requests_per_stream} requests per stream (at least "
+        f"{min_requests}), {rounds} rounds, all sent at once up to the concurrency"
+    )
+    meta = run_metadata(
+        title="Servers side by side",
+        servers=names,
+        urls=urls,
+        workload=workload,
+        seed=seed,
+    )
+    report = {"meta": meta, "cells": records, "medians": compare.medians(records, names)}
+    markdown = compare.to_markdown(report)
+    show_report(report, markdown, write_report(out, name, report, markdown), as_json)
