@@ -116,19 +116,13 @@ def completion_jobs(
     """Streamed /v1/completions jobs of the dataset, round-robin over the keys, and the model
     they ask for (the server's first when model is None); constrained_share of them, spread
     evenly, must answer in JSON (CONSTRAINED_FORMAT)."""
-    import httpx
-
     from ragserve.bench.client import completion
     from ragserve.bench.workload import RequestSpec
 
     if not 0 <= constrained_share <= 1:
         raise typer.BadParameter("--constrained-share must be within [0, 1]")
+    served = first_model(url, keys[0]) if model is None else model
     text = random_text(tokenizer, seed)
-    if model is None:
-        headers = {"Authorization": f"Bearer {keys[0]}"} if keys[0] else {}
-        listed = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()
-        model = str(listed["data"][0]["id"])
-    served = model
 
     def job(spec: RequestSpec, n: int) -> "Job":
         key, user = caller(keys, n)
@@ -144,6 +138,19 @@ def completion_jobs(
         return [(job(spec, n), spec.output_tokens) for n, spec in enumerate(specs)]
 
     return make_jobs, served
+
+
+def first_model(url: str, key: str) -> str:
+    """The id of the first model the server lists; a clear error when it cannot be asked."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        response = httpx.get(f"{url}/v1/models", headers=headers, timeout=30)
+        response.raise_for_status()
+        return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+        raise typer.BadParameter(f"cannot list the models of {url}: {error}") from error
 
 
 def _load_settings(

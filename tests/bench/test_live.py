@@ -7,6 +7,7 @@ import sys
 
 import httpx
 import pytest
+import typer
 
 from ragserve.access import Role
 from ragserve.bench.client import completion
@@ -159,6 +160,14 @@ def test_compare_command_runs_every_server_on_the_same_prompts_in_alternating_or
     ]
     assert report["medians"]["2"]["ratio"]["b"]["median"] == pytest.approx(sum(ratios) / 2)
     assert {p.name for p in tmp_path.iterdir()} == {"compare.json", "compare.md"}
+
+
+def test_a_server_that_refuses_the_model_list_is_a_clear_error(server):
+    from ragserve.bench.load_options import first_model
+
+    assert first_model(server.url, server.key("gus")) == MODEL
+    with pytest.raises(typer.BadParameter, match=f"cannot list the models of {server.url}.*401"):
+        first_model(server.url, "not-a-key")
 
 
 def test_rag_command_reports_the_time_split(server, tmp_path):
