@@ -30,15 +30,6 @@ KEPT = (
 
 
 @dataclass(frozen=True)
-class Target:
-    """A server under comparison: its name in the report, its root URL and API key."""
-
-    name: str
-    url: str
-    key: str = ""
-
-
-@dataclass(frozen=True)
 class Cell:
     """One concurrency in one round: how many requests, their prompts' seed, the servers'
     order."""
@@ -71,14 +62,13 @@ def cells(
 
 
 async def run(
-    targets: list[Target],
+    urls: dict[str, str],
     jobs: dict[str, JobMaker],
     planned: list[Cell],
     warmup_requests: int,
 ) -> list[dict]:
-    """Warm every server up on prompts no cell uses, then run the cells; one record per cell
-    with each server's summary."""
-    urls = {target.name: target.url for target in targets}
+    """Warm every server (name: root URL) up on prompts no cell uses, then run the cells; one
+    record per cell with each server's summary."""
 
     async def measured(name: str, seed: int, requests: int, concurrency: int) -> dict:
         async with load_client(urls[name]) as client:

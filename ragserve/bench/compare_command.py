@@ -89,13 +89,13 @@ def compare_command(
         raise typer.BadParameter("--rounds and the request counts must be positive")
     concurrencies = positive_numbers(concurrency, "--concurrency")
     dataset = Dataset("random", token_range(input_len), token_range(output_len))
-    targets = [compare.Target(n, url, keys.get(n, "")) for n, url in urls.items()]
     jobs = {
-        t.name: completion_jobs(t.url, [t.key], None, dataset, tokenizer, seed)[0] for t in targets
+        n: completion_jobs(url, [keys.get(n, "")], None, dataset, tokenizer, seed)[0]
+        for n, url in urls.items()
     }
-    names = [t.name for t in targets]
+    names = list(urls)
     planned = compare.cells(names, concurrencies, rounds, requests_per_stream, min_requests, seed)
-    records = asyncio.run(compare.run(targets, jobs, planned, warmup_requests))
+    records = asyncio.run(compare.run(urls, jobs, planned, warmup_requests))
     workload = (
         f"random prompts of {input_len} tokens, {output_len} output tokens with EOS ignored, "
         f"streams {concurrency}, {requests_per_stream} requests per stream (at least "
