@@ -15,6 +15,7 @@ from ragserve.bench.load_options import (
     ConstrainedShareOption,
     DatasetOption,
     InputLenOption,
+    JsonOption,
     KeyOption,
     MaxPromptOption,
     MaxTotalOption,
@@ -23,6 +24,8 @@ from ragserve.bench.load_options import (
     PrefixGroupsOption,
     PrefixLenOption,
     RateOption,
+    ReportDirOption,
+    ReportNameOption,
     SloOption,
     SweepOption,
     TokenizerOption,
@@ -155,9 +158,9 @@ def serve(
     sweep_rates: SweepOption = None,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
-    name: Annotated[str, typer.Option(help="Report file name.")] = "serve",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: ReportDirOption = Path("reports/bench"),
+    name: ReportNameOption = "serve",
+    as_json: JsonOption = False,
 ) -> None:
     """Load an OpenAI-compatible server's /v1/completions with realistic lengths and arrivals."""
     plan = load_plan(
@@ -225,9 +228,9 @@ def soak(
     max_total: MaxTotalOption = 2048,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
-    name: Annotated[str, typer.Option(help="Report file name.")] = "soak",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: ReportDirOption = Path("reports/bench"),
+    name: ReportNameOption = "soak",
+    as_json: JsonOption = False,
 ) -> None:
     """Hold a server at 1.5x its capacity with cancelling clients, then check it: no 5xx, fast
     refusals with Retry-After, flat memory, a drained queue and an empty KV cache (exit 1 if
@@ -277,9 +280,9 @@ def rag(
     slo: SloOption = None,
     sweep_rates: SweepOption = None,
     seed: int = 0,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
-    name: Annotated[str, typer.Option(help="Report file name.")] = "rag",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: ReportDirOption = Path("reports/bench"),
+    name: ReportNameOption = "rag",
+    as_json: JsonOption = False,
 ) -> None:
     """Load POST /v1/answers with a dataset's questions; adds the server's time split."""
     import random

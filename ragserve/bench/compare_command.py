@@ -8,7 +8,10 @@ import typer
 
 from ragserve.bench.load_options import (
     InputLenOption,
+    JsonOption,
     OutputLenOption,
+    ReportDirOption,
+    ReportNameOption,
     TokenizerOption,
     completion_jobs,
     show_report,
@@ -67,9 +70,9 @@ def compare_command(
     output_len: OutputLenOption = "128-128",
     tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("reports/bench"),
-    name: Annotated[str, typer.Option(help="Report file name.")] = "compare",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    out: ReportDirOption = Path("reports/bench"),
+    name: ReportNameOption = "compare",
+    as_json: JsonOption = False,
 ) -> None:
     """Servers side by side on random prompts with EOS ignored: every concurrency runs each
     server back to back on the same prompts, in rounds whose order alternates; prints each

@@ -49,6 +49,10 @@ MaxTotalOption = Annotated[int, typer.Option(help="sharegpt: longest prompt + ou
 TokenizerOption = Annotated[
     str, typer.Option(help="Tokenizer for prompt lengths: a model name or folder.")
 ]
+# Where a load command writes its report (JSON, Markdown, plots), and whether it prints JSON.
+ReportDirOption = Annotated[Path, typer.Option("--out", help="Report folder.")]
+ReportNameOption = Annotated[str, typer.Option("--name", help="Report file name.")]
+JsonOption = Annotated[bool, typer.Option("--json")]
 
 
 def token_range(text: str) -> tuple[int, int]:
