@@ -3,8 +3,10 @@
 A prompt goes to the replica that most recently took the longest known prefix of it (its first
 blocks hashed as the engine's prefix cache hashes them, tenant salt included), since that
 replica most likely still holds those blocks' KV. When that replica is busier than the least
-loaded one by more than `balance_tolerance` requests, or no prefix is known, the least loaded
-replica takes it. Load is Ray Serve's count of requests in flight at each replica.
+loaded one by more than `balance_tolerance` requests, the least loaded replica takes it. A new
+prefix goes to the next replica in turn if none is less loaded, else to the least loaded. Load
+is Ray Serve's count of requests in flight at each replica, which lags a burst: the turns are
+what share a burst of new prefixes out.
 
 Every API replica has its own router; the table of prefixes is in the shared actor, so that a
 prefix one router has sent somewhere is known to all.
@@ -34,8 +36,8 @@ class PrefixAwareRouter(RequestRouter):
     def initialize_state(self, balance_tolerance: int = 4) -> None:
         self.balance_tolerance = balance_tolerance
         self.shared = shared_state()
-        # The prefix owner found for each request being routed (None: no known prefix).
-        self.owner_found: OrderedDict[str, str | None] = OrderedDict()
+        # The replica chosen for each request being routed, and whether its prefix was known.
+        self.chosen: OrderedDict[str, tuple[str, bool]] = OrderedDict()
 
     def load(self, replica: RunningReplica) -> int:
         return self.replica_queue_len_cache.get(replica.replica_id) or 0
@@ -52,18 +54,17 @@ class PrefixAwareRouter(RequestRouter):
         if "prefix_hashes" not in pending_request.kwargs:  # not a generation (describe())
             return [candidate_replicas]
         by_name = {r.replica_id.unique_id: r for r in candidate_replicas}
-        owner_name = await self.shared.prefix_owner.remote(
+        name, known = await self.shared.replica_for.remote(
             pending_request.kwargs["prefix_hashes"], list(by_name)
         )
-        self.owner_found[pending_request.metadata.internal_request_id] = owner_name
-        while len(self.owner_found) > MAX_IN_ROUTING:
-            self.owner_found.popitem(last=False)
-        owner = by_name.get(owner_name) if owner_name else None
+        self.chosen[pending_request.metadata.internal_request_id] = name, known
+        while len(self.chosen) > MAX_IN_ROUTING:
+            self.chosen.popitem(last=False)
+        replica = by_name[name]
         least = min(self.load(r) for r in candidate_replicas)
-        if owner is not None and self.load(owner) - least <= self.balance_tolerance:
-            return [[owner], [r for r in candidate_replicas if r is not owner]]
-        # Ray Serve takes the one with the shortest queue among them, the first of equals:
-        # shuffled, so that idle replicas share a burst.
+        if self.load(replica) - least <= (self.balance_tolerance if known else 0):
+            return [[replica], [r for r in candidate_replicas if r is not replica]]
+        # Ray Serve takes the one with the shortest queue among them, the first of equals.
         return [random.sample(candidate_replicas, len(candidate_replicas))]
 
     def on_request_routed(
@@ -71,11 +72,11 @@ class PrefixAwareRouter(RequestRouter):
     ) -> None:
         if "prefix_hashes" not in pending_request.kwargs:
             return
-        owner = self.owner_found.pop(pending_request.metadata.internal_request_id, None)
+        chosen, known = self.chosen.pop(pending_request.metadata.internal_request_id, (None, False))
         replica = replica_id.unique_id
-        if owner is None:
+        if not known:
             decision = "new"
-        elif owner == replica:
+        elif chosen == replica:
             decision = "prefix"
         else:
             decision = "fallback"

@@ -30,6 +30,8 @@ class SharedState:
         self.routes: Counter[tuple[str, str]] = Counter()
         # Block hash -> the engine replica that last took a prompt with that prefix.
         self.owners: OrderedDict[bytes, str] = OrderedDict()
+        # New prefixes handed out so far: the next one goes to the next replica in turn.
+        self.new_prefixes = 0
 
     async def acquire(self, user: str, prompt_tokens: int) -> LimitExceeded | None:
         """The refusal, returned rather than raised: it reaches the caller as itself."""
@@ -53,8 +55,24 @@ class SharedState:
                 return owner
         return None
 
+    def replica_for(self, hashes: list[bytes], replicas: list[str]) -> tuple[str, bool]:
+        """The replica that took the longest of these prefixes last and True; if none did, the
+        next of replicas in turn and False. A new prefix is that replica's at once, before its
+        request is routed: a burst of one new prefix stays together, and a burst of different
+        ones is shared out even while the routers' load counts still read zero everywhere."""
+        owner = self.prefix_owner(hashes, replicas)
+        if owner is not None:
+            return owner, True
+        chosen = sorted(replicas)[self.new_prefixes % len(replicas)]
+        self.new_prefixes += 1
+        self.remember(hashes, chosen)
+        return chosen, False
+
     def record_route(self, hashes: list[bytes], replica: str, decision: str) -> None:
         self.routes[decision, replica] += 1
+        self.remember(hashes, replica)
+
+    def remember(self, hashes: list[bytes], replica: str) -> None:
         for block_hash in hashes:
             self.owners[block_hash] = replica
             self.owners.move_to_end(block_hash)

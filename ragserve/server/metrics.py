@@ -75,7 +75,7 @@ class EngineCollector(Collector):
                 "ragserve:router_decisions",
                 "Requests routed to each engine replica: prefix (the replica that last saw the "
                 "prompt's longest known prefix), fallback (that replica was saturated) or new "
-                "(no known prefix; the least loaded replica).",
+                "(no known prefix; the next replica in turn, or a less loaded one).",
                 labels=["decision", "replica"],
             )
             for (decision, replica), count in sorted(routes.items()):

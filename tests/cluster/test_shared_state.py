@@ -31,6 +31,20 @@ def test_the_longest_known_prefix_names_the_replica():
     assert state.routes == {("new", "r1"): 1, ("new", "r2"): 1}
 
 
+def test_new_prefixes_take_turns_and_a_burst_of_one_stays_together():
+    state = SharedState(4, 1000)
+    firsts = [state.replica_for(hashes([n] * 8), ["r2", "r1"]) for n in range(4)]
+    assert firsts == [("r1", False), ("r2", False), ("r1", False), ("r2", False)]
+    # The same new prefix again, before its first request was routed: the replica it got.
+    assert state.replica_for(hashes([1] * 8), ["r1", "r2"]) == ("r2", True)
+    # Where the request went in the end is what the table keeps.
+    state.record_route(hashes([1] * 8), "r1", "fallback")
+    assert state.replica_for(hashes([1] * 8 + [5] * 4), ["r1", "r2"]) == ("r1", True)
+    # A prompt shorter than a block has no prefix to keep; it still takes its turn.
+    assert state.replica_for([], ["r1", "r2"]) == ("r1", False)
+    assert state.replica_for([], ["r1", "r2"]) == ("r2", False)
+
+
 def test_the_table_forgets_the_least_recent_prefixes(monkeypatch):
     monkeypatch.setattr(shared_state, "MAX_PREFIXES", 3)
     state = SharedState(4, 1000)
