@@ -20,10 +20,13 @@ from ragserve.engine.config import cache_dir, native_bf16
 logger = logging.getLogger(__name__)
 
 SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp", "token_mask.cpp")
-# Up to this many rows a linear layer streams its weights once through the small-batch kernel
-# (on AVX2, 2-3× faster than PyTorch's matmul at 1-8 rows and still ahead at 32: measured in
-# docs/benchmarks.md); past it a matmul library's blocking wins.
+# Up to this many rows a linear layer streams its weights once through the small-batch kernel;
+# past it a matmul library's blocking wins (docs/benchmarks.md). On AVX2 the kernel is 2-3×
+# PyTorch's matmul at 1-8 rows and still ahead at 32. Where the CPU multiplies bfloat16
+# natively, oneDNN on its own blocked copy of a bfloat16 weight ties the kernel at 2 rows and is
+# 1.1-2× faster from 4 (AVX-512 BF16) and 2-4× from 5 (AMX).
 SMALL_BATCH_ROWS = 32
+NATIVE_BF16_SMALL_BATCH_ROWS = 2
 
 
 @functools.cache
@@ -52,51 +55,67 @@ def extension() -> ModuleType | None:
             return None
 
 
+def small_batch_rows(weight: torch.Tensor) -> int:
+    """Inputs up to this many rows go through the small-batch kernel (SMALL_BATCH_ROWS)."""
+    if weight.dtype == torch.bfloat16 and native_bf16():
+        return NATIVE_BF16_SMALL_BATCH_ROWS
+    return SMALL_BATCH_ROWS
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     invariant: bool = False,
-    wide: torch.Tensor | None = None,
+    long_input: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype).
 
+    A float32 x meets a bfloat16 weight in float32 arithmetic (the weight widens exactly); a
+    bfloat16 x meets it in the CPU's bfloat16 matmul where it has one.
     invariant: every row's result is the same whatever M is. The small-batch kernel reduces
     each row in one fixed order at any M; a matmul library picks its blocking (and with it
-    the rounding) by M, so past SMALL_BATCH_ROWS the fast path can give a row other low bits
+    the rounding) by M, so past small_batch_rows the fast path can give a row other low bits
     in a larger batch.
-    wide: the weight's float32 values for long inputs, kept beside it (long_input_weight).
+    long_input: what longer inputs multiply instead of the weight (long_input_weight).
     """
     kernels = extension()
-    if kernels is not None and (invariant or x.shape[0] <= SMALL_BATCH_ROWS):
+    if kernels is not None and (invariant or x.shape[0] <= small_batch_rows(weight)):
         return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
-    if weight.dtype == torch.bfloat16 and not native_bf16():
-        wide = weight.float() if wide is None else wide
-        bias32 = None if bias is None else bias.float()
-        if wide.is_mkldnn:
-            y = torch.ops.mkldnn._linear_pointwise(x.float(), wide, bias32, "none", [], "")
-        else:
-            y = F.linear(x.float(), wide, bias32)
-        return y.to(out_dtype or x.dtype)
-    y = F.linear(x.to(weight.dtype), weight, bias)
-    return y.to(out_dtype or x.dtype)
+    out_dtype = out_dtype or x.dtype
+    if weight.dtype == torch.bfloat16 and (x.dtype == torch.float32 or not native_bf16()):
+        wide = long_input is not None and long_input.dtype == torch.float32
+        matrix = long_input if wide else weight.float()
+        x, bias = x.float(), None if bias is None else bias.float()
+    else:
+        matrix = weight if long_input is None else long_input
+    if matrix.is_mkldnn:
+        y = torch.ops.mkldnn._linear_pointwise(x.to(matrix.dtype), matrix, bias, "none", [], "")
+    else:
+        y = F.linear(x.to(matrix.dtype), matrix, bias)
+    return y.to(out_dtype)
 
 
 def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:
-    """What inputs past SMALL_BATCH_ROWS (prompt chunks) multiply instead of a bfloat16 weight
-    that this CPU has no matmul for, built once at load; None for the weight itself.
+    """What inputs past small_batch_rows (prompt chunks, larger batches) multiply instead of a
+    bfloat16 weight, built once at load; None for the weight itself. The small-batch kernel
+    and the batch-invariant mode keep reading the weight.
 
-    Emulated bfloat16 matmuls are 6× slower than float32 ones on the same, exactly widened,
-    values, so such a weight keeps its float32 values, in oneDNN's blocked layout where torch
-    has oneDNN: its matmul there ran 1.2-1.7× MKL's on the plain layout at 40-512 rows
-    (docs/benchmarks.md). float32 weights keep no copy: it would double their memory.
+    Where the CPU has no bfloat16 matmul, emulated ones are 6× slower than float32 ones on the
+    same, exactly widened, values, so the copy holds the float32 values. Where it has one, the
+    copy holds the same bfloat16 values. Either way it is laid out in oneDNN's blocked format
+    where torch has oneDNN, which saves the matmul reordering the weight on every call: 1.2-1.7×
+    MKL's float32 matmul on the plain layout at 40-512 rows on AVX2, 1.5-2× oneDNN's bfloat16
+    one at 1-256 rows on AMX (docs/benchmarks.md). float32 weights keep no copy: it would
+    double their memory.
     """
-    if weight.dtype != torch.bfloat16 or native_bf16():
+    if weight.dtype != torch.bfloat16:
         return None
+    values = weight if native_bf16() else weight.float()
     if torch.backends.mkldnn.is_available():
-        return torch.ops.mkldnn._reorder_linear_weight(weight.float())
-    return weight.float()
+        return torch.ops.mkldnn._reorder_linear_weight(values)
+    return None if values is weight else values
 
 
 def add_rms_norm(

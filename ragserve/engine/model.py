@@ -96,15 +96,15 @@ def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.
 
 @dataclass
 class Projection:
-    """A linear layer's weight [N, K] and bias. A bfloat16 weight on a CPU without bfloat16
-    matmuls also keeps a float32 copy laid out for oneDNN once at load (`wide`,
-    kernels.long_input_weight): decode-sized inputs stream the half-size weight through the
-    small-batch kernel, prompt chunks multiply the copy instead of widening 200+ MB of weights
-    on every forward pass."""
+    """A linear layer's weight [N, K] and bias. A bfloat16 weight also keeps a copy laid out
+    for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
+    without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
+    kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
+    weights on every forward pass."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
-    wide: torch.Tensor | None = None
+    long_input: torch.Tensor | None = None
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
@@ -113,7 +113,7 @@ class Projection:
     def __call__(
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
     ) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out_dtype, invariant, self.wide)
+        return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input)
 
 
 @dataclass

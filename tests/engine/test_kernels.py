@@ -40,30 +40,39 @@ def test_linear_matches_float32_matmul(path, weight_dtype, rows):
 def test_linear_kernel_rows_do_not_depend_on_the_batch():
     """Each output row is reduced in the same order whatever else is in the batch."""
     torch.manual_seed(0)
-    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576)
     weight = torch.randn(960, 576).to(torch.bfloat16)
-    alone = torch.cat([kernels.linear(x[i : i + 1], weight) for i in range(len(x))])
+    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576)
+    alone = torch.cat([kernels.linear(x[i : i + 1], weight, invariant=True) for i in range(len(x))])
     for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
-        assert torch.equal(kernels.linear(x[:rows], weight), alone[:rows])
+        assert torch.equal(kernels.linear(x[:rows], weight, invariant=True), alone[:rows])
+    short = kernels.small_batch_rows(weight)
+    assert torch.equal(kernels.linear(x[:short], weight), alone[:short])
 
 
 @pytest.mark.parametrize("weight_dtype", DTYPES)
 @pytest.mark.parametrize("rows", [8, 40, 300])
 def test_a_projection_gives_the_matmul_result_at_every_length(path, weight_dtype, rows):
-    """Where the CPU has no bfloat16 matmul, long inputs multiply the float32 copy laid out at
-    load (oneDNN's blocked layout), short ones the weight itself; either way the float32
-    matmul's result."""
+    """A bfloat16 weight keeps a copy laid out at load for long inputs (oneDNN's blocked
+    layout), in float32 where the CPU has no bfloat16 matmul; short inputs read the weight
+    itself. A float32 input gets the float32 matmul's result either way."""
     torch.manual_seed(rows)
     x = torch.randn(rows, 203)
     weight = torch.randn(37, 203).to(weight_dtype)
     bias = torch.randn(37).to(weight_dtype)
     projection = Projection.of(weight, bias)
-    emulated = weight_dtype == torch.bfloat16 and not native_bf16()
-    assert (projection.wide is not None) == emulated, "only emulated bfloat16 keeps a copy"
+    copy = projection.long_input
+    if weight_dtype == torch.float32:
+        assert copy is None, "float32 weights keep no copy"
+    elif torch.backends.mkldnn.is_available():
+        assert copy.is_mkldnn
+        assert copy.dtype == (torch.bfloat16 if native_bf16() else torch.float32)
     expected = F.linear(x, weight.float(), bias.float())
     torch.testing.assert_close(projection(x), expected, atol=1e-4, rtol=1e-4)
     rounded = projection(x.to(weight_dtype), out_dtype=torch.float32)
     assert rounded.dtype == torch.float32 and rounded.shape == (rows, 37)
+    # bfloat16 inputs: within bfloat16 rounding of the float32 matmul on the same values.
+    expected = F.linear(x.to(weight_dtype).float(), weight.float(), bias.float())
+    torch.testing.assert_close(rounded, expected, atol=0.1, rtol=2e-2)
 
 
 def reference_norm(hidden, weight, eps):
