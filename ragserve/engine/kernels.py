@@ -24,7 +24,7 @@ SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp
 # past it a matmul library's blocking wins (docs/benchmarks.md). On AVX2 the kernel is 2-3×
 # PyTorch's matmul at 1-8 rows and still ahead at 32. Where the CPU multiplies bfloat16
 # natively, oneDNN on its own blocked copy of a bfloat16 weight ties the kernel at 2 rows and is
-# 1.1-2× faster from 4 (AVX-512 BF16) and 2-4× from 5 (AMX).
+# 1.05-1.15× faster at 4-16 rows with AVX-512 BF16, 2-6.5× at 5-32 rows with AMX.
 SMALL_BATCH_ROWS = 32
 NATIVE_BF16_SMALL_BATCH_ROWS = 2
 
@@ -106,7 +106,7 @@ def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:
     same, exactly widened, values, so the copy holds the float32 values. Where it has one, the
     copy holds the same bfloat16 values. Either way it is laid out in oneDNN's blocked format
     where torch has oneDNN, which saves the matmul reordering the weight on every call: 1.2-1.7×
-    MKL's float32 matmul on the plain layout at 40-512 rows on AVX2, 1.5-2× oneDNN's bfloat16
+    MKL's float32 matmul on the plain layout at 40-512 rows on AVX2, 1.3-2× oneDNN's bfloat16
     one at 1-256 rows on AMX (docs/benchmarks.md). float32 weights keep no copy: it would
     double their memory.
     """
