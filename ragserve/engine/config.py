@@ -52,12 +52,13 @@ class EngineConfig:
     max_queued_requests: int = 1024
     max_queued_tokens: int = 1 << 20
     enable_prefix_caching: bool = True
-    # Speculative decoding by prompt lookup (ngram.py) for plain greedy requests: draft tokens
-    # verified per step (0: off). While at most speculative_max_batch sequences decode, every
-    # such sequence gets drafts: a step there streams the weights, and a few more rows come
-    # almost free. Past that the step is compute-bound, a draft token costs about what a
-    # decode does, and only sequences whose recent drafts were accepted at a share of at
-    # least speculative_min_acceptance (an exponential average) get more.
+    # Speculative decoding by prompt lookup (ngram.py) for greedy and unseeded sampled requests that
+    # nothing adjusts (SamplingParams.speculatable): draft tokens verified per step (0: off). While
+    # at most speculative_max_batch sequences decode, every such sequence gets drafts: a step there
+    # streams the weights, and a few more rows come almost free. Past that the step is
+    # compute-bound, a draft token costs about what a decode does, and only sequences whose recent
+    # drafts were accepted at a share of at least speculative_min_acceptance (an exponential
+    # average) get more.
     speculative_tokens: int = 4
     speculative_max_batch: int = 4
     speculative_min_acceptance: float = 0.5

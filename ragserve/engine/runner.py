@@ -91,7 +91,13 @@ class ModelRunner:
         new_tokens = self._sample(
             logits[: len(sample_rows)], sample_seqs, masks.result() if masks else None
         )
-        new_tokens.update(self._verify(logits[len(sample_rows) :], batch.drafts))
+        drafted = list(batch.drafts)
+        verified = self.sampler.verify(
+            logits[len(sample_rows) :],
+            [seq.params for seq in drafted],
+            [batch.drafts[seq] for seq in drafted],
+        )
+        new_tokens.update(zip(drafted, verified, strict=True))
         return new_tokens, forward_s
 
     def _sample(
@@ -107,21 +113,3 @@ class ModelRunner:
         adjusted = self.logits_processor(logits, seqs, masks)
         tokens = self.sampler(adjusted, params, [s.generator for s in seqs])
         return {seq: [token] for seq, token in zip(seqs, tokens, strict=True)}
-
-    @staticmethod
-    def _verify(
-        logits: torch.Tensor, drafts: dict[Sequence, list[int]]
-    ) -> dict[Sequence, list[int]]:
-        """Greedy verification: a draft token is accepted while it is the argmax after the
-        tokens before it; the argmax after the last accepted one comes free."""
-        chosen = logits.argmax(dim=-1).tolist()
-        result = {}
-        offset = 0
-        for seq, draft in drafts.items():
-            argmaxes = chosen[offset : offset + len(draft) + 1]
-            offset += len(draft) + 1
-            accepted = 0
-            while accepted < len(draft) and draft[accepted] == argmaxes[accepted]:
-                accepted += 1
-            result[seq] = argmaxes[: accepted + 1]
-        return result

@@ -4,6 +4,10 @@ Greedy rows take the argmax. Other rows are scaled by temperature, cut by top-k 
 sort, and sampled by the exponential-race trick (argmax of p / E with E ~ Exp(1)), which needs
 no cumulative search. A request with a seed draws its noise from its own generator, so its
 output does not depend on what else shares the batch.
+
+Draft tokens (speculative decoding, ngram.py) are verified here too: a greedy row accepts a
+draft token while it is the argmax; a sampled row by speculative sampling, so that its tokens are
+distributed exactly as if drawn one step at a time.
 """
 
 import torch
@@ -48,12 +52,63 @@ class Sampler:
                 result[row] = dict(zip(top_ids[:n], top_values[:n], strict=True))
         return result
 
-    def _sample(
-        self,
-        logits: torch.Tensor,
-        params: list[SamplingParams],
-        generators: list[torch.Generator | None],
-    ) -> torch.Tensor:
+    def verify(
+        self, logits: torch.Tensor, params: list[SamplingParams], drafts: list[list[int]]
+    ) -> list[list[int]]:
+        """Each drafted sequence's new tokens: its accepted draft tokens and one more. logits
+        holds, per sequence in order, a row for each draft token and one after the last.
+
+        A greedy sequence accepts a draft token while it is the argmax. A sampled one accepts
+        draft token t with probability p(t) under its sampling distribution p; at the first
+        rejection its token is drawn from p without t (renormalised), and after a fully
+        accepted draft from the last row. Prompt lookup's draft puts all of its own probability
+        on t, so this is speculative sampling's min(1, p/q) test, and the tokens are
+        distributed exactly as plain sampling's (Leviathan et al., 2023)."""
+        chosen = logits.argmax(dim=-1).tolist()
+        result = []
+        offset = 0
+        for sequence_params, draft in zip(params, drafts, strict=True):
+            rows = slice(offset, offset + len(draft) + 1)
+            offset += len(draft) + 1
+            if sequence_params.greedy:
+                argmaxes = chosen[rows]
+                accepted = 0
+                while accepted < len(draft) and draft[accepted] == argmaxes[accepted]:
+                    accepted += 1
+                result.append(argmaxes[: accepted + 1])
+            else:
+                result.append(self._speculative_sample(logits[rows], sequence_params, draft))
+        return result
+
+    def _speculative_sample(
+        self, logits: torch.Tensor, params: SamplingParams, draft: list[int]
+    ) -> list[int]:
+        # Only unseeded requests get drafts (SamplingParams.speculatable), so the noise comes
+        # from the engine's generator.
+        probs, order = self._filtered(logits, [params] * logits.shape[0])
+        if order is not None:
+            probs = torch.zeros_like(probs).scatter_(1, order, probs)
+        chances = torch.rand(len(draft), generator=self.generator).tolist()
+        tokens = []
+        for row, (token, chance) in enumerate(zip(draft, chances, strict=True)):
+            if chance < probs[row, token].item():
+                tokens.append(token)
+                continue
+            rest = probs[row].clone()
+            rest[token] = 0
+            return [*tokens, self._race(rest)]
+        return [*tokens, self._race(probs[-1])]
+
+    def _race(self, probs: torch.Tensor) -> int:
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        return int((probs / noise).argmax())
+
+    def _filtered(
+        self, logits: torch.Tensor, params: list[SamplingParams]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Each row's probabilities after temperature, top-k and top-p. Where a filter needed
+        sorting, they are in descending order and the second value holds their token ids;
+        otherwise they are in vocabulary order and it is None."""
         temperature = torch.tensor([p.temperature for p in params]).unsqueeze(1)
         logits = logits / temperature
         vocab = logits.shape[1]
@@ -68,7 +123,15 @@ class Sampler:
             mass_before = probs.cumsum(dim=-1) - probs
             cut = (ranks >= top_k.unsqueeze(1)) | (mass_before >= top_p.unsqueeze(1))
             logits = logits.masked_fill(cut, float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
+        return torch.softmax(logits, dim=-1), order
+
+    def _sample(
+        self,
+        logits: torch.Tensor,
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+    ) -> torch.Tensor:
+        probs, order = self._filtered(logits, params)
         noise = torch.empty_like(probs)
         for row, generator in enumerate(generators):
             noise[row].exponential_(generator=generator or self.generator)

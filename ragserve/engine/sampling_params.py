@@ -103,10 +103,12 @@ class SamplingParams:
 
     @property
     def speculatable(self) -> bool:
-        """Whether draft tokens can be checked against this request's own choices: plain
-        greedy decoding, so a token is accepted exactly when it is the argmax."""
+        """Whether draft tokens can be checked against this request's own choices (Sampler.
+        verify): nothing adjusts its logits or constrains or reports them. A seeded sampled
+        request keeps to one token a step: whether it gets drafts depends on the batch, and
+        its noise would then too."""
         return (
-            self.greedy
+            (self.greedy or self.seed is None)
             and not self.adjusts_logits
             and self.logprobs is None
             and self.constraint is None

@@ -1,13 +1,13 @@
 """Decides, each step, which tokens of which sequences run. Admission happens here.
 
-One token budget per step: running decodes first, then unfinished prefills, then new requests
-from the fair queue, each prefill cut to what is left of the budget (chunked prefill), so a long
-prompt delays the running decodes by at most one step. Greedy decodes get draft tokens to verify
-in the same step (speculative decoding, ngram.py): all of them while few decode, past that only
-those whose drafts have mostly been accepted. A waiting request is admitted only when the KV
-blocks for its uncached tokens plus an output reserve are free. A running sequence that cannot
-grow preempts the most recently admitted one (recompute: its blocks are freed and it goes back
-to the queue, where its cached prefix usually survives).
+One token budget per step: running decodes first, then unfinished prefills, then new requests from
+the fair queue, each prefill cut to what is left of the budget (chunked prefill), so a long prompt
+delays the running decodes by at most one step. Greedy and unseeded sampled decodes get draft tokens
+to verify in the same step (speculative decoding, ngram.py): all of them while few decode, past that
+only those whose drafts have mostly been accepted. A waiting request is admitted only when the KV
+blocks for its uncached tokens plus an output reserve are free. A running sequence that cannot grow
+preempts the most recently admitted one (recompute: its blocks are freed and it goes back to the
+queue, where its cached prefix usually survives).
 """
 
 import time

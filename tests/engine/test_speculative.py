@@ -1,5 +1,6 @@
-"""Speculative decoding by prompt lookup: drafts are found where they should be, and greedy
-output is the same token for token with and without them."""
+"""Speculative decoding by prompt lookup: drafts are found where they should be, greedy output
+is the same token for token with and without them, and sampled requests verify them too
+(their distribution is tested in test_sampler.py)."""
 
 import pytest
 
@@ -74,7 +75,19 @@ def test_speculative_saves_steps(plain_and_speculative):
     assert steps[1] < steps[0] * 0.7
 
 
-def test_sampled_and_adjusted_requests_get_no_drafts(plain_and_speculative):
+def test_unseeded_sampled_requests_get_drafts_and_accept_some(plain_and_speculative):
+    _, speculative = plain_and_speculative
+    before = speculative.engine.stats()
+    params = SamplingParams(max_tokens=32, temperature=0.5, ignore_eos=True)
+    (output,) = speculative.generate(PROMPTS[1], params)[0].outputs
+    assert len(output.token_ids) == 32
+    after = speculative.engine.stats()
+    assert after.spec_decode_draft_tokens > before.spec_decode_draft_tokens
+    assert after.spec_decode_accepted_tokens > before.spec_decode_accepted_tokens
+
+
+def test_seeded_and_adjusted_requests_get_no_drafts(plain_and_speculative):
+    # A seeded request's tokens must not depend on its batch, and whether it gets drafts does.
     _, speculative = plain_and_speculative
     before = speculative.engine.stats().spec_decode_draft_tokens
     for params in (
