@@ -28,6 +28,7 @@ from ragserve.bench.load_options import (
     ReportNameOption,
     SloOption,
     SweepOption,
+    TemperatureOption,
     TokenizerOption,
     UrlOption,
     caller,
@@ -154,6 +155,7 @@ def serve(
     max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
     cancel_share: CancelShareOption = 0.0,
     constrained_share: ConstrainedShareOption = 0.0,
+    temperature: TemperatureOption = 0.0,
     slo: SloOption = None,
     sweep_rates: SweepOption = None,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
@@ -171,13 +173,13 @@ def serve(
     )
     keys = api_key or [""]
     make_jobs, model = completion_jobs(
-        url, keys, model, dataset, tokenizer, seed, constrained_share
+        url, keys, model, dataset, tokenizer, seed, constrained_share, temperature
     )
     runs = run_plan(url, lambda run_seed: make_jobs(run_seed, num_requests), plan)
     workload_text = (
         f"{dataset_name}, {num_requests} requests, {dataset.describe()}, "
         f"burstiness {burstiness}, {len(keys)} keys, cancel share {cancel_share}, "
-        f"constrained share {constrained_share}"
+        f"constrained share {constrained_share}, temperature {temperature}"
     )
     meta = {"url": url, "model": model, "workload": workload_text, "seed": seed}
     write_load_report("Serving benchmark", meta, runs, out, name, as_json)

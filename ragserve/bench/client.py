@@ -109,13 +109,14 @@ async def completion(
     user: str,
     cancel_after: int | None = None,
     extra: dict[str, object] | None = None,
+    temperature: float = 0.0,
 ) -> RequestResult:
     """A streamed completion of max_tokens tokens; extra: more body fields."""
     body = (extra or {}) | {
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
         # Honoured by vLLM and ragserve; the requested output length is then what is generated.

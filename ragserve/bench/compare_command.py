@@ -12,6 +12,7 @@ from ragserve.bench.load_options import (
     OutputLenOption,
     ReportDirOption,
     ReportNameOption,
+    TemperatureOption,
     TokenizerOption,
     completion_jobs,
     show_report,
@@ -68,6 +69,7 @@ def compare_command(
     ] = 4,
     input_len: InputLenOption = "200-200",
     output_len: OutputLenOption = "128-128",
+    temperature: TemperatureOption = 0.0,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
     out: ReportDirOption = Path("reports/bench"),
@@ -93,7 +95,9 @@ def compare_command(
     concurrencies = positive_numbers(concurrency, "--concurrency")
     dataset = Dataset("random", token_range(input_len), token_range(output_len))
     jobs = {
-        n: completion_jobs(url, [keys.get(n, "")], None, dataset, tokenizer, seed)[0]
+        n: completion_jobs(
+            url, [keys.get(n, "")], None, dataset, tokenizer, seed, temperature=temperature
+        )[0]
         for n, url in urls.items()
     }
     names = list(urls)
@@ -101,6 +105,7 @@ def compare_command(
     records = asyncio.run(compare.run(urls, jobs, planned, warmup_requests))
     workload = (
         f"random prompts of {input_len} tokens, {output_len} output tokens with EOS ignored, "
+        f"temperature {temperature}, "
         f"streams {concurrency}, {requests_per_stream} requests per stream (at least "
         f"{min_requests}), {rounds} rounds, all sent at once up to the concurrency"
     )

@@ -36,6 +36,10 @@ CancelShareOption = Annotated[float, typer.Option(help="Share of clients that ca
 ConstrainedShareOption = Annotated[
     float, typer.Option(help="Share of requests whose output must match a JSON schema.")
 ]
+TemperatureOption = Annotated[
+    float,
+    typer.Option(min=0, max=2, help="Every request's sampling temperature (0: greedy), no seed."),
+]
 ModelOption = Annotated[str | None, typer.Option(help="Model id (default: the server's first).")]
 DatasetOption = Annotated[str, typer.Option(help="random, sharegpt or shared-prefix.")]
 InputLenOption = Annotated[
@@ -116,10 +120,11 @@ def completion_jobs(
     tokenizer: str,
     seed: int,
     constrained_share: float = 0.0,
+    temperature: float = 0.0,
 ) -> tuple[JobMaker, str]:
     """Streamed /v1/completions jobs of the dataset, round-robin over the keys, and the model
-    they ask for (the server's first when model is None); constrained_share of them, spread
-    evenly, must answer in JSON (CONSTRAINED_FORMAT)."""
+    they ask for (the server's first when model is None), sampled at temperature;
+    constrained_share of them, spread evenly, must answer in JSON (CONSTRAINED_FORMAT)."""
     from ragserve.bench.client import completion
     from ragserve.bench.workload import RequestSpec
 
@@ -133,7 +138,15 @@ def completion_jobs(
         constrained = int((n + 1) * constrained_share) > int(n * constrained_share)
         extra = {"response_format": CONSTRAINED_FORMAT} if constrained else {}
         return lambda client, cancel_after: completion(
-            client, served, spec.prompt, spec.output_tokens, key, user, cancel_after, extra
+            client,
+            served,
+            spec.prompt,
+            spec.output_tokens,
+            key,
+            user,
+            cancel_after,
+            extra,
+            temperature,
         )
 
     def make_jobs(run_seed: int, count: int) -> list[tuple["Job", int]]:

@@ -53,6 +53,10 @@ def test_medians_take_the_ratio_within_each_round_then_the_median():
         (["--server", "a=http://h:9", "--server", "b=http://h:8", "--concurrency", "1,x"], "N,N"),
         (["--server", "a=http://h:9", "--server", "b=http://h:8", "--rounds", "0"], "positive"),
         (
+            ["--server", "a=http://h:9", "--server", "b=http://h:8", "--temperature", "3"],
+            "--temperature",
+        ),
+        (
             ["--server", "a=http://127.0.0.1:9", "--server", "b=http://127.0.0.1:9"],
             "cannot list the models of http://127.0.0.1:9",
         ),
