@@ -2,8 +2,7 @@
 
 Every document gets an ACL: one in ten is readable by the group "rare", the rest by "common".
 Searches run as a member of "rare" only, so the ACL admits 10% of the documents and k results
-must still come back. On PostgreSQL the exact scan and the HNSW index are also measured alone,
-with recall@k of HNSW against the exact answer.
+must still come back.
 """
 
 import json
@@ -85,37 +84,6 @@ def search_latency(store: Store, embedder: Embedder, queries: list[str], k: int)
     }
 
 
-def postgres_strategies(url: str, embedder: Embedder, queries: list[str], k: int) -> dict:
-    """Vector search over PostgreSQL with each strategy forced (exact scan, HNSW index)."""
-    from ragserve.rag.stores.postgres import PostgresStore
-
-    reader = AccessFilter(TENANT, "reader", ("rare",))
-    vectors = embedder.embed(queries)
-    results: dict = {}
-    exact_ids = []
-    for strategy in ("exact", "hnsw"):
-        store = PostgresStore(url, embedder.dimension, search_strategy=strategy)
-        latencies, counts, recalls = [], [], []
-        for i, vector in enumerate(vectors):
-            ms, found = timed(store.vector_search, reader, vector, k)
-            latencies.append(ms)
-            counts.append(len(found))
-            ids = {c.chunk_id for c in found}
-            if strategy == "exact":
-                exact_ids.append(ids)
-            else:
-                recalls.append(len(ids & exact_ids[i]) / max(len(exact_ids[i]), 1))
-        store.close()
-        results[strategy] = {
-            "p50_ms": percentile(latencies, 50),
-            "p99_ms": percentile(latencies, 99),
-            "mean_results": statistics.fmean(counts),
-        }
-        if recalls:
-            results[strategy]["recall_at_k_vs_exact"] = statistics.fmean(recalls)
-    return results
-
-
 def run(store_url: str, limit: int | None, queries: int, k: int, chunk_size: int) -> dict:
     embedder = Embedder()
     store = open_store(store_url, embedder.dimension)
@@ -126,8 +94,6 @@ def run(store_url: str, limit: int | None, queries: int, k: int, chunk_size: int
     texts = [a.text.split(". ")[0][:120] for a in articles[::10][:queries]]
     report["search"] = search_latency(store, embedder, texts, k)
     store.close()
-    if store_url.startswith(("postgresql://", "postgres://")):
-        report["postgres_strategies"] = postgres_strategies(store_url, embedder, texts, k)
     return report
 
 

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -155,12 +154,6 @@ class DocumentRecord:
         document's text, so it changes whenever the ACL does."""
         readers = [self.tenant, self.owner, *self.acl.reader_names()]
         return hashlib.sha256(json.dumps(readers).encode()).hexdigest()[:32]
-
-
-def query_terms(text: str, limit: int = 64) -> list[str]:
-    """A query's distinct words, lower-cased: all a full-text query is built from, so no user
-    text reaches a query parser as syntax."""
-    return list(dict.fromkeys(re.findall(r"\w+", text.lower())))[:limit]
 
 
 @dataclass

@@ -1,20 +1,18 @@
-"""The scale-out store: PostgreSQL with pgvector (HNSW, cosine) and tsvector full text.
+"""The scale-out store: PostgreSQL with pgvector, keyword postings for BM25.
 
-The ACL condition is in the WHERE clause of every read. An HNSW scan filters after the index,
-so a selective ACL can leave fewer than k rows. The search raises ef_search in proportion to
-the filter (about 2k / share of chunks the reader may see) and falls back to an exact scan of
-the permitted rows when fewer than k come back, or when the ef_search needed exceeds
-MAX_EF_SEARCH. Measured on 12,516 Wikipedia chunks with an ACL admitting 10% (k=10,
-PostgreSQL 16.2, pgvector 0.6.2): HNSW at ef_search 200 took 9.4 ms p50 with recall@10 0.995
-against the exact answer and came back short in 0.5% of queries; the exact scan took 38 ms.
-Where pgvector >= 0.8 is installed, iterative index scans are turned on too.
+The ACL condition is in the WHERE clause of every read. Keyword search reads the postings of
+the query's terms for permitted chunks only, with the permitted chunks' count and length, and
+scores them with rag.keyword (the same scores as the SQLite store). Vector search is an exact
+scan of the permitted chunks: an approximate index (HNSW) would find neighbours through a graph
+that every tenant's chunks shape, so what a reader gets back would depend on chunks that reader
+cannot read. Both orders are total (score, then insertion order), so the plan PostgreSQL picks
+cannot change them.
 """
 
 import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
 
 import numpy as np
 import psycopg
@@ -27,8 +25,8 @@ from ragserve.rag.documents import (
     ChunkRecord,
     DocumentRecord,
     ScoredChunk,
-    query_terms,
 )
+from ragserve.rag.keyword import bm25_top, query_terms, term_counts
 from ragserve.rag.stores.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -61,12 +59,19 @@ CREATE TABLE IF NOT EXISTS rs_chunks (
     id BIGSERIAL PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
     doc_id TEXT NOT NULL, version INTEGER NOT NULL, idx INTEGER NOT NULL,
     start INTEGER NOT NULL, stop INTEGER NOT NULL, text TEXT NOT NULL,
-    content_hash TEXT NOT NULL, embedding vector({dimension}) NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+    content_hash TEXT NOT NULL, embedding vector({dimension}) NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rs_chunks_by_doc ON rs_chunks (tenant, doc_id, version);
-CREATE INDEX IF NOT EXISTS rs_chunks_tsv ON rs_chunks USING gin (tsv);
-CREATE INDEX IF NOT EXISTS rs_chunks_hnsw ON rs_chunks USING hnsw (embedding vector_cosine_ops);
+-- Keyword postings came later: they replace a tsvector column (ranked by ts_rank_cd) and an
+-- HNSW index, which a database from before loses here.
+ALTER TABLE rs_chunks ADD COLUMN IF NOT EXISTS tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rs_chunks DROP COLUMN IF EXISTS tsv;
+DROP INDEX IF EXISTS rs_chunks_hnsw;
+CREATE TABLE IF NOT EXISTS rs_chunk_terms (
+    term TEXT NOT NULL, chunk BIGINT NOT NULL REFERENCES rs_chunks (id) ON DELETE CASCADE,
+    count INTEGER NOT NULL, PRIMARY KEY (term, chunk)
+);
+CREATE INDEX IF NOT EXISTS rs_chunk_terms_by_chunk ON rs_chunk_terms (chunk);
 CREATE TABLE IF NOT EXISTS rs_audit (
     seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL,
     actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, version INTEGER,
@@ -84,8 +89,6 @@ CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
     ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"""
 
 SCORED_CHUNK_SELECT = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
-MAX_EF_SEARCH = 1000
-SearchStrategy = Literal["auto", "exact", "hnsw"]
 
 
 def access_params(access: AccessFilter) -> dict[str, object]:
@@ -97,18 +100,9 @@ def access_params(access: AccessFilter) -> dict[str, object]:
     }
 
 
-def ts_query(text: str) -> str | None:
-    """Any of the query's words, as a tsquery."""
-    return " | ".join(query_terms(text)) or None
-
-
 class PostgresStore(SqlStore):
-    def __init__(self, url: str, dimension: int, search_strategy: SearchStrategy = "auto") -> None:
-        """search_strategy: how vector_search finds neighbours. "auto" picks per query (see the
-        module docstring); "exact" always scans the permitted chunks, "hnsw" always uses the
-        index; those two exist to measure each path alone (`ragserve bench ingest`)."""
+    def __init__(self, url: str, dimension: int) -> None:
         self.dimension = dimension
-        self.search_strategy = search_strategy
         self._db = psycopg.connect(url, autocommit=True)
         self._lock = threading.RLock()
         self._db.execute(SCHEMA.replace("{dimension}", str(dimension)))
@@ -121,11 +115,41 @@ class PostgresStore(SqlStore):
         stored = int(self._meta("dimension"))
         if stored != dimension:
             raise ValueError(f"the database holds {stored}-dimensional embeddings, not {dimension}")
-        version = self._db.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        ).fetchone()[0]
-        self.pgvector_version = tuple(int(p) for p in version.split(".")[:2])
-        self.iterative_scan = self.pgvector_version >= (0, 8)
+        with self._transaction():
+            # Two processes opening one old database: the second waits, then finds it done.
+            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('rs_chunk_terms'))")
+            if (
+                self._db.execute("SELECT 1 FROM rs_meta WHERE key = 'keyword_postings'").fetchone()
+                is None
+            ):
+                self._index_old_chunks()
+                self._db.execute("INSERT INTO rs_meta VALUES ('keyword_postings', '1')")
+
+    def _index_old_chunks(self) -> None:
+        """Postings and lengths for the chunks of a database from before keyword postings."""
+        indexed = [
+            (chunk_id, *term_counts(text))
+            for chunk_id, text in self._db.execute("SELECT chunk_id, text FROM rs_chunks")
+        ]
+        self._db.execute(
+            "UPDATE rs_chunks c SET tokens = t.tokens"
+            " FROM unnest(%s::text[], %s::int[]) AS t(chunk_id, tokens)"
+            " WHERE c.chunk_id = t.chunk_id",
+            ([chunk_id for chunk_id, _, _ in indexed], [n for _, _, n in indexed]),
+        )
+        self._insert_postings([(chunk_id, counts) for chunk_id, counts, _ in indexed])
+
+    def _insert_postings(self, chunks: list[tuple[str, dict[str, int]]]) -> None:
+        """Write the keyword postings of stored chunks, (chunk_id, term counts) pairs, in one
+        statement."""
+        rows = [(chunk_id, term, n) for chunk_id, counts in chunks for term, n in counts.items()]
+        self._db.execute(
+            "INSERT INTO rs_chunk_terms (term, chunk, count)"
+            " SELECT t.term, c.id, t.count"
+            " FROM unnest(%s::text[], %s::text[], %s::int[]) AS t(chunk_id, term, count)"
+            " JOIN rs_chunks c ON c.chunk_id = t.chunk_id",
+            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+        )
 
     def _meta(self, key: str) -> str:
         return self._db.execute("SELECT value FROM rs_meta WHERE key = %s", (key,)).fetchone()[0]
@@ -159,12 +183,14 @@ class PostgresStore(SqlStore):
         return row[0] if row else 0
 
     def _insert_chunks(self, document: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        indexed = [(chunk, *term_counts(chunk.text)) for chunk in chunks]
         with self._db.cursor() as cursor:
             cursor.executemany(
                 f"INSERT INTO rs_chunks ({', '.join(CHUNK_COLUMNS)})"
                 f" VALUES ({', '.join('%s' for _ in CHUNK_COLUMNS)})",
-                [chunk_values(document, c) for c in chunks],
+                [chunk_values(document, chunk, length) for chunk, _, length in indexed],
             )
+        self._insert_postings([(chunk.chunk_id, counts) for chunk, counts, _ in indexed])
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
         condition = "tenant = %s AND doc_id = %s" + (" AND version = %s" if version else "")
@@ -254,42 +280,46 @@ class PostgresStore(SqlStore):
         return [ScoredChunk(*row) for row in rows]
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
-        match = ts_query(query)
-        if match is None:
+        wanted = query_terms(query)
+        if not wanted:
             return []
+        params = {"terms": wanted, **access_params(access)}
+        with self._snapshot() as db:
+            chunks, tokens = db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(c.tokens), 0) FROM {CURRENT_CHUNKS}"
+                f" WHERE {ACL_CONDITION}",
+                params,
+            ).fetchone()
+            postings = db.execute(
+                "SELECT t.term, c.id, t.count, c.tokens FROM rs_chunk_terms t"
+                f" JOIN {CURRENT_CHUNKS} ON c.id = t.chunk"
+                f" WHERE t.term = ANY(%(terms)s) AND {ACL_CONDITION}",
+                params,
+            ).fetchall()
+            scored = bm25_top(postings, chunks, int(tokens), k)
+            scores = dict(scored)
+            rows = db.execute(
+                f"SELECT c.id, {SCORED_CHUNK_SELECT} FROM {CURRENT_CHUNKS}"
+                f" WHERE c.id = ANY(%(ids)s) AND {ACL_CONDITION}",
+                {"ids": list(scores), **params},
+            ).fetchall()
+        by_id = {row[0]: ScoredChunk(*row[1:], score=scores[row[0]]) for row in rows}
+        return [by_id[key] for key, _ in scored if key in by_id]
+
+    def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {SCORED_CHUNK_SELECT}, ts_rank_cd(c.tsv, q) AS score"
-                f" FROM {CURRENT_CHUNKS}, to_tsquery('english', %(match)s) q"
-                f" WHERE c.tsv @@ q AND {ACL_CONDITION} ORDER BY score DESC LIMIT %(k)s",
-                {"match": match, "k": k, **access_params(access)},
+                f"SELECT {SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
+                f" FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}"
+                " ORDER BY score DESC, c.id LIMIT %(k)s",
+                {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)},
             ).fetchall()
         return [ScoredChunk(*row) for row in rows]
 
-    def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
-        params = {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)}
-        query = (
-            f"SELECT {SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
-            f" FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}"
-            " ORDER BY c.embedding <=> %(q)s LIMIT %(k)s"
-        )
+    @contextmanager
+    def _snapshot(self) -> Iterator[psycopg.Connection]:
+        """A read transaction whose statements all see one snapshot, so a search's statistics
+        and its postings describe the same chunks."""
         with self._transaction() as db:
-            total = db.execute("SELECT COUNT(*) FROM rs_chunks").fetchone()[0]
-            permitted = db.execute(
-                f"SELECT COUNT(*) FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}", params
-            ).fetchone()[0]
-            if permitted == 0:
-                return []
-            ef_search = max(40, int(2 * k * max(total, 1) / permitted))
-            strategy = self.search_strategy
-            rows: list = []
-            if strategy == "hnsw" or (strategy == "auto" and ef_search <= MAX_EF_SEARCH):
-                db.execute(f"SET LOCAL hnsw.ef_search = {min(ef_search, MAX_EF_SEARCH)}")
-                if self.iterative_scan:
-                    db.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                rows = db.execute(query, params).fetchall()
-            if strategy != "hnsw" and len(rows) < min(k, permitted):
-                db.execute("SET LOCAL enable_indexscan = off")
-                rows = db.execute(query, params).fetchall()
-        results = [ScoredChunk(*row) for row in rows]
-        return sorted(results, key=lambda r: -r.score)
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield db

@@ -35,12 +35,14 @@ CHUNK_COLUMNS = (
     "stop",
     "text",
     "content_hash",
+    "tokens",
     "embedding",
 )
 
 
-def chunk_values(document: DocumentRecord, chunk: ChunkRecord) -> tuple[Any, ...]:
-    """A chunk's row in CHUNK_COLUMNS order, the embedding as a float32 array."""
+def chunk_values(document: DocumentRecord, chunk: ChunkRecord, tokens: int) -> tuple[Any, ...]:
+    """A chunk's row in CHUNK_COLUMNS order, the embedding as a float32 array; tokens is its
+    length in keyword terms (rag.keyword)."""
     return (
         chunk.chunk_id,
         document.tenant,
@@ -51,6 +53,7 @@ def chunk_values(document: DocumentRecord, chunk: ChunkRecord) -> tuple[Any, ...
         chunk.end,
         chunk.text,
         chunk.content_hash,
+        tokens,
         np.asarray(chunk.embedding, dtype=np.float32),
     )
 

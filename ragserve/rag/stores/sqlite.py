@@ -1,8 +1,11 @@
-"""The embedded store: one SQLite file with FTS5 for BM25 and exact cosine search in numpy.
+"""The embedded store: one SQLite file with keyword postings for BM25 and exact cosine search
+in numpy.
 
-The ACL condition is part of every read query (a join against the ACL rows). Vector search asks
-SQLite for the permitted chunk ids, then scores only those rows of an in-memory matrix of all
-embeddings, reloaded when the index version moves.
+The ACL condition is part of every read query (a join against the ACL rows). Keyword search
+reads the postings of the query's terms for permitted chunks only, with the permitted chunks'
+count and length, and scores them with rag.keyword. Vector search asks SQLite for the permitted
+chunk ids, then scores only those rows of an in-memory matrix of all embeddings, reloaded when
+the index version moves.
 """
 
 import json
@@ -28,8 +31,8 @@ from ragserve.rag.documents import (
     ChunkRecord,
     DocumentRecord,
     ScoredChunk,
-    query_terms,
 )
+from ragserve.rag.keyword import bm25_top, query_terms, term_counts
 from ragserve.rag.stores.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -59,10 +62,19 @@ CREATE INDEX IF NOT EXISTS doc_acl_by_name ON doc_acl (kind, name);
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
     doc_id TEXT NOT NULL, version INTEGER NOT NULL, idx INTEGER NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL, embedding BLOB NOT NULL
+    stop INTEGER NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0, embedding BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(text, tokenize = 'porter unicode61');
+"""
+
+# Created after the chunks table has its `tokens` column (older stores gain it on open).
+KEYWORD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunk_terms (
+    term TEXT NOT NULL, chunk INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (term, chunk)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS chunk_terms_by_chunk ON chunk_terms (chunk);
 """
 
 # Visible documents `d` for the reader in the named parameters (see AccessFilter).
@@ -87,11 +99,6 @@ def access_params(access: AccessFilter) -> dict[str, object]:
     }
 
 
-def fts_query(text: str) -> str | None:
-    """Any of the query's words, each quoted."""
-    return " OR ".join(f'"{w}"' for w in query_terms(text)) or None
-
-
 class SqliteStore(SqlStore):
     def __init__(self, path: str | Path, dimension: int) -> None:
         path = Path(path)
@@ -107,6 +114,7 @@ class SqliteStore(SqlStore):
                 "ALTER TABLE doc_acl ADD COLUMN permission TEXT NOT NULL DEFAULT 'read'"
                 " CHECK (permission IN ('read', 'write', 'manage'))"
             )
+        self._build_keyword_index()
         with self._transaction(write=True):
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('store_id', ?), ('index_version', '0'),"
@@ -119,6 +127,31 @@ class SqliteStore(SqlStore):
         self._matrix_version = ""
         self._rowids = np.empty(0, dtype=np.int64)
         self._matrix = np.empty((0, dimension), dtype=np.float32)
+
+    def _build_keyword_index(self) -> None:
+        """Give a store from before keyword postings (it ranked with FTS5, whose statistics
+        span every tenant) its postings, once, and drop the FTS5 table."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
+        with self._transaction(write=True) as db:
+            if "tokens" not in columns:
+                db.execute("ALTER TABLE chunks ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0")
+            for statement in KEYWORD_SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if db.execute("SELECT 1 FROM meta WHERE key = 'keyword_postings'").fetchone():
+                return
+            for rowid, text in db.execute("SELECT rowid, text FROM chunks").fetchall():
+                counts, length = term_counts(text)
+                self._insert_postings(rowid, counts)
+                db.execute("UPDATE chunks SET tokens = ? WHERE rowid = ?", (length, rowid))
+            db.execute("DROP TABLE IF EXISTS chunks_fts")
+            db.execute("INSERT INTO meta VALUES ('keyword_postings', '1')")
+
+    def _insert_postings(self, rowid: int, counts: dict[str, int]) -> None:
+        self._db.executemany(
+            "INSERT INTO chunk_terms (term, chunk, count) VALUES (?, ?, ?)",
+            [(term, rowid, count) for term, count in counts.items()],
+        )
 
     def _transaction(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
         return transaction(self._db, self._lock, write)
@@ -183,18 +216,16 @@ class SqliteStore(SqlStore):
             f" VALUES ({', '.join('?' for _ in CHUNK_COLUMNS)})"
         )
         for chunk in chunks:
-            *values, embedding = chunk_values(document, chunk)
+            counts, length = term_counts(chunk.text)
+            *values, embedding = chunk_values(document, chunk, length)
             cursor = self._db.execute(insert, (*values, embedding.tobytes()))
-            self._db.execute(
-                "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
-                (cursor.lastrowid, chunk.text),
-            )
+            self._insert_postings(cursor.lastrowid, counts)
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
         condition = "tenant = ? AND doc_id = ?" + (" AND version = ?" if version else "")
         params = (tenant, doc_id, version) if version else (tenant, doc_id)
         self._db.execute(
-            f"DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE {condition})",
+            f"DELETE FROM chunk_terms WHERE chunk IN (SELECT rowid FROM chunks WHERE {condition})",
             params,
         )
         self._db.execute(f"DELETE FROM chunks WHERE {condition}", params)
@@ -265,46 +296,62 @@ class SqliteStore(SqlStore):
         return [ScoredChunk(*row) for row in rows]
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
-        match = fts_query(query)
-        if match is None:
+        wanted = query_terms(query)
+        if not wanted:
             return []
+        params = {"terms": json.dumps(wanted), **access_params(access)}
         with self._transaction():
-            rows = self._db.execute(
-                "SELECT c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text,"
-                " -bm25(chunks_fts) FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid"
-                f" {DOCUMENT_OF_CHUNK} WHERE chunks_fts MATCH :match"
-                f" AND {ACL_CONDITION} ORDER BY bm25(chunks_fts) LIMIT :k",
-                {"match": match, "k": k, **access_params(access)},
+            chunks, tokens = self._db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(c.tokens), 0) FROM {CURRENT_CHUNKS}"
+                f" WHERE {ACL_CONDITION}",
+                params,
+            ).fetchone()
+            postings = self._db.execute(
+                "SELECT t.term, c.rowid, t.count, c.tokens FROM chunk_terms t"
+                f" JOIN chunks c ON c.rowid = t.chunk {DOCUMENT_OF_CHUNK}"
+                f" WHERE t.term IN (SELECT value FROM json_each(:terms)) AND {ACL_CONDITION}",
+                params,
             ).fetchall()
-        return [ScoredChunk(*row) for row in rows]
+            return self._scored_rows(access, bm25_top(postings, chunks, tokens, k))
+
+    def _scored_rows(
+        self, access: AccessFilter, scored: list[tuple[int, float]]
+    ) -> list[ScoredChunk]:
+        """The chunks of (rowid, score) pairs, in that order, the ACL checked again."""
+        scores = dict(scored)
+        found = self._db.execute(
+            "SELECT c.rowid, c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop,"
+            f" c.text FROM {CURRENT_CHUNKS} WHERE c.rowid IN"
+            f" (SELECT value FROM json_each(:rowids)) AND {ACL_CONDITION}",
+            {"rowids": json.dumps(list(scores)), **access_params(access)},
+        ).fetchall()
+        by_rowid = {row[0]: ScoredChunk(*row[1:], score=scores[row[0]]) for row in found}
+        return [by_rowid[rowid] for rowid, _ in scored if rowid in by_rowid]
 
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         with self._transaction():
             self._refresh_matrix()
-            permitted = np.array(
-                [
-                    r[0]
-                    for r in self._db.execute(
-                        f"SELECT c.rowid FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}",
-                        access_params(access),
-                    )
-                ],
-                dtype=np.int64,
+            permitted = np.sort(
+                np.array(
+                    [
+                        r[0]
+                        for r in self._db.execute(
+                            f"SELECT c.rowid FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}",
+                            access_params(access),
+                        )
+                    ],
+                    dtype=np.int64,
+                )
             )
             if not len(permitted):
                 return []
             rows = np.searchsorted(self._rowids, permitted)
-            scores = self._matrix[rows] @ np.asarray(vector, dtype=np.float32)
-            top = np.argsort(-scores)[:k] if len(scores) <= k else np.argpartition(-scores, k)[:k]
-            chosen = {int(permitted[i]): float(scores[i]) for i in top}
-            found = self._db.execute(
-                "SELECT c.rowid, c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop,"
-                f" c.text FROM {CURRENT_CHUNKS} WHERE c.rowid IN"
-                f" (SELECT value FROM json_each(:rowids)) AND {ACL_CONDITION}",
-                {"rowids": json.dumps(list(chosen)), **access_params(access)},
-            ).fetchall()
-        results = [ScoredChunk(*row[1:], score=chosen[row[0]]) for row in found]
-        return sorted(results, key=lambda r: -r.score)
+            # einsum's loop computes each row's dot product alone, the same way whatever else
+            # is in the batch (BLAS would block rows, and a row's rounding could move with
+            # the number of permitted rows); ties go to the older chunk (stable sort).
+            scores = np.einsum("ij,j->i", self._matrix[rows], np.asarray(vector, np.float32))
+            top = np.argsort(-scores, kind="stable")[:k]
+            return self._scored_rows(access, [(int(permitted[i]), float(scores[i])) for i in top])
 
     def _refresh_matrix(self) -> None:
         version = self._meta("index_version")
