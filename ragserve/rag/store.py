@@ -96,7 +96,14 @@ class Store(Protocol):
 
     def index_version(self) -> str:
         """An opaque string that changes on every write, delete and ACL change (and differs
-        between stores), so response caches keyed on it forget answers made before."""
+        between stores)."""
+        ...
+
+    def visible_version(self, access: AccessFilter) -> str:
+        """An opaque string that changes when what the filter may read changes (a readable
+        document written, deleted, or granted or taken away by an ACL change) and on nothing
+        else, so a response cache keyed on it forgets exactly the answers that may be stale,
+        and a cache hit tells a reader nothing about documents it cannot read."""
         ...
 
     def close(self) -> None:

@@ -237,3 +237,40 @@ def test_a_write_rechecks_its_writer_inside_the_transaction(store_factory):
     store.write_document(document, chunks, writer=writer)
     stored = store.get_document(OWNER, "raced")
     assert (stored.owner, stored.version, stored.acl) == ("owner", 2, acl)
+
+
+def test_visible_version_moves_with_what_the_reader_may_read_and_nothing_else(store_factory):
+    store = store_factory()
+    seed(store)
+    versions: list[str] = []
+
+    def moved() -> bool:
+        versions.append(store.visible_version(STRANGER))
+        return len(versions) > 1 and versions[-1] != versions[-2]
+
+    moved()
+    # Changes the stranger (group sales) cannot see: another group's, another tenant's.
+    store.write_document(
+        *make_document("eng-only", ["eng notes"], [axis(2)], acl=Acl.of(groups=["eng"]))
+    )
+    assert not moved()
+    store.write_document(*make_document("other", ["globex notes"], [axis(2)], tenant="globex"))
+    assert not moved()
+    assert store.set_acl(OWNER, "secret", Acl.of(groups=["eng", "ops"]))
+    assert not moved()
+    assert store.delete_document(OWNER, "eng-only")
+    assert not moved()
+    # Changes to what the stranger reads: a grant, a new version, a revocation, a delete.
+    assert store.set_acl(OWNER, "secret", Acl.of(groups=["sales"]))
+    assert moved()
+    store.write_document(
+        *make_document(
+            "public", ["apples", "pears"], [axis(0), axis(1)], acl=Acl.of(groups=["sales"])
+        )
+    )
+    assert moved()
+    assert store.set_acl(OWNER, "secret", Acl.of(groups=["eng"]))
+    assert moved()
+    assert store.delete_document(OWNER, "public")
+    assert moved()
+    assert store.visible_version(ENG) != store.visible_version(STRANGER)

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS rs_documents (
     ingested_at DOUBLE PRECISION NOT NULL, text_length INTEGER NOT NULL,
     PRIMARY KEY (tenant, doc_id)
 );
+ALTER TABLE rs_documents ADD COLUMN IF NOT EXISTS changed BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS rs_doc_acl (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
     kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
@@ -167,6 +168,24 @@ class PostgresStore(SqlStore):
     def index_version(self) -> str:
         with self._lock:
             return "pg:" + self._meta("index_version")
+
+    def _store_name(self) -> str:
+        return "pg"
+
+    def _mark_changed(self, tenant: str, doc_id: str) -> None:
+        self._db.execute(
+            "UPDATE rs_documents SET changed = (SELECT value::bigint FROM rs_meta"
+            " WHERE key = 'index_version') WHERE tenant = %s AND doc_id = %s",
+            (tenant, doc_id),
+        )
+
+    def _visible_summary(self, access: AccessFilter) -> tuple[int, int]:
+        count, newest = self._db.execute(
+            "SELECT COUNT(*), COALESCE(MAX(d.changed), 0) FROM rs_documents d"
+            f" WHERE {ACL_CONDITION}",
+            access_params(access),
+        ).fetchone()
+        return count, newest
 
     def close(self) -> None:
         with self._lock:

@@ -49,7 +49,19 @@ class SqlStore(ABC):
 
     @abstractmethod
     def _bump_version(self) -> None:
-        """Move the index version, so caches keyed on it forget what they hold."""
+        """Move the index version."""
+
+    @abstractmethod
+    def _mark_changed(self, tenant: str, doc_id: str) -> None:
+        """Stamp the document with the index version just bumped (see visible_version)."""
+
+    @abstractmethod
+    def _visible_summary(self, access: AccessFilter) -> tuple[int, int]:
+        """How many documents the filter may read, and the newest stamp among them."""
+
+    @abstractmethod
+    def _store_name(self) -> str:
+        """What tells this store from another in a version string."""
 
     @abstractmethod
     def _append_audit(self, entry: AuditEntry) -> None: ...
@@ -87,6 +99,7 @@ class SqlStore(ABC):
             if not document.keep_acl:
                 self._replace_acl(document.tenant, document.doc_id, document.acl)
             self._bump_version()
+            self._mark_changed(document.tenant, document.doc_id)
             self._append_audit(
                 AuditEntry.of(
                     document.tenant,
@@ -131,6 +144,7 @@ class SqlStore(ABC):
                 return False
             self._replace_acl(access.tenant, doc_id, acl)
             self._bump_version()
+            self._mark_changed(access.tenant, doc_id)
             self._append_audit(
                 AuditEntry.of(
                     access.tenant,
@@ -144,6 +158,16 @@ class SqlStore(ABC):
                 )
             )
         return True
+
+    def visible_version(self, access: AccessFilter) -> str:
+        """Every write and ACL change stamps its document with a new, highest index version.
+        A document that becomes readable therefore brings a stamp above every readable one,
+        and one that stops being readable lowers the count; between two moments with the same
+        count and newest stamp no readable document came or went, so the readable set (and
+        each one's version) is the same."""
+        with self._transaction():
+            count, newest = self._visible_summary(access)
+        return f"{self._store_name()}:{count}:{newest}"
 
     def audit_log(
         self, tenant: str | None, limit: int = 100, before: float | None = None

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL, owner TEXT NOT NULL, source TEXT NOT NULL,
     title TEXT NOT NULL, content_hash TEXT NOT NULL, version INTEGER NOT NULL,
-    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL,
+    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, changed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, doc_id)
 );
 CREATE TABLE IF NOT EXISTS doc_acl (
@@ -114,6 +114,9 @@ class SqliteStore(SqlStore):
                 "ALTER TABLE doc_acl ADD COLUMN permission TEXT NOT NULL DEFAULT 'read'"
                 " CHECK (permission IN ('read', 'write', 'manage'))"
             )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
+        if "changed" not in columns:  # a store from before visible_version
+            self._db.execute("ALTER TABLE documents ADD COLUMN changed INTEGER NOT NULL DEFAULT 0")
         self._build_keyword_index()
         with self._transaction(write=True):
             self._db.execute(
@@ -168,6 +171,23 @@ class SqliteStore(SqlStore):
         with self._transaction():
             return f"{self._meta('store_id')}:{self._meta('index_version')}"
 
+    def _store_name(self) -> str:
+        return self._meta("store_id")
+
+    def _mark_changed(self, tenant: str, doc_id: str) -> None:
+        self._db.execute(
+            "UPDATE documents SET changed = (SELECT CAST(value AS INTEGER) FROM meta"
+            " WHERE key = 'index_version') WHERE tenant = ? AND doc_id = ?",
+            (tenant, doc_id),
+        )
+
+    def _visible_summary(self, access: AccessFilter) -> tuple[int, int]:
+        count, newest = self._db.execute(
+            f"SELECT COUNT(*), COALESCE(MAX(d.changed), 0) FROM documents d WHERE {ACL_CONDITION}",
+            access_params(access),
+        ).fetchone()
+        return count, newest
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -190,6 +210,8 @@ class SqliteStore(SqlStore):
                 with restored._transaction(write=True) as db:
                     version = max(live_version, int(restored._meta("index_version"))) + 1
                     db.execute("UPDATE meta SET value = ? WHERE key = 'index_version'", (version,))
+                    # Restored documents are new to every reader (see visible_version).
+                    db.execute("UPDATE documents SET changed = ?", (version,))
                     db.execute("UPDATE meta SET value = ? WHERE key = 'store_id'", (store_id,))
                     counts = dict(
                         db.execute("SELECT tenant, COUNT(*) FROM documents GROUP BY tenant")
