@@ -93,6 +93,45 @@ def test_ask_answers_only_from_permitted_documents(tmp_path):
     assert run("ask", "anything", *data).returncode == 2
 
 
+def test_ask_answers_the_same_whatever_the_asker_cannot_read(tmp_path):
+    """Documents of another group, another tenant and another user's own, all about the same
+    things, change nothing in an answer (text, answerability, citations) for carol."""
+    data = ["--data-dir", str(tmp_path / "data")]
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "deal.txt").write_text(
+        "The Bluebird deal with Globex closes on 30 September. It is worth 120 million euros."
+    )
+    (notes / "harvest.txt").write_text("Zorblax harvesting in the valley needs 40 workers.")
+    assert run("ingest", str(notes), "--group", "staff", *data).returncode == 0
+    questions = ["When does the Bluebird deal close?", "How many workers does zorblax need?"]
+
+    def answers() -> list[dict]:
+        found = []
+        for question in questions:
+            asked = run("ask", question, "--user", "carol", "--group", "staff", *data, "--json")
+            assert asked.returncode == 0, asked.stderr
+            record = json.loads(asked.stdout)
+            record.pop("timings")
+            record["usage"].pop("prompt_tokens_details", None)
+            found.append(record)
+        return found
+
+    before = answers()
+    assert not before[0]["refused"] and "30 September" in before[0]["answer"]
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "deal.txt").write_text(
+        "Bluebird Bluebird deal: Globex closes the deal on 1 October for 140 million euros."
+    )
+    (hidden / "harvest.txt").write_text("Zorblax zorblax harvesting workers: 90 workers.")
+    for scope in (["--group", "board"], ["--tenant", "beta", "--group", "staff"], []):
+        assert run("ingest", str(hidden), *scope, "--owner", "dave", *data).returncode == 0
+    for was, now in zip(before, answers(), strict=True):
+        for field in was:
+            assert now[field] == was[field], field
+
+
 def test_backup_restore_and_audit_commands(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
