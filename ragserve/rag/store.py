@@ -82,16 +82,18 @@ class Store(Protocol):
         ...
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
-        """Up to k permitted current chunks matching any word of the query, best first. The
-        query's words are extracted (query_terms), so no query syntax reaches the engine.
-        Scores are full-text relevance, higher is better, comparable only within one call and
-        one backend: SQLite gives -BM25 (FTS5), PostgreSQL ts_rank_cd. Retrieval fuses ranks
-        (RRF), never these scores."""
+        """Up to k permitted current chunks holding any term of the query, best first, scored
+        by BM25 (rag.keyword) whose statistics (chunk count, average length, each term's
+        document frequency) come from the permitted chunks alone, so no score or order depends
+        on a chunk the filter does not admit. The query's terms are extracted (query_terms),
+        so no query syntax reaches the database. Both backends give the same scores."""
         ...
 
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         """Up to k permitted current chunks nearest the unit-length query vector, best first;
-        the score is cosine similarity in [-1, 1] on both backends."""
+        the score is cosine similarity in [-1, 1] on both backends. Exact, not approximate: an
+        index whose structure every tenant's chunks shape would make what comes back depend
+        on them. Ties go to the older chunk on both."""
         ...
 
     def index_version(self) -> str:
