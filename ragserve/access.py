@@ -5,6 +5,7 @@ access_for is the only place a principal becomes an AccessFilter, so what a call
 decided here and nowhere else (never from a request body).
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,8 +29,17 @@ class Principal:
 
     @property
     def permission_key(self) -> str:
-        """Everything that decides what this principal may see, as one string."""
-        return json.dumps([self.tenant, self.user, sorted(self.groups)])
+        """Everything that decides what this principal may read, as one string: every field of
+        its store filter (tenant, user, groups, and whether its role reads the whole tenant).
+        Built from access_for itself, so that whatever comes to decide a read keys the response
+        cache too: two keys share an entry only when the store would show them the same."""
+        return json.dumps(dataclasses.asdict(access_for(self)), sort_keys=True)
+
+    @property
+    def account(self) -> str:
+        """Whom per-user limits and fair scheduling count as one: the user within its tenant.
+        The same name in another tenant is someone else."""
+        return json.dumps([self.tenant, self.user])
 
     def can_write(self) -> bool:
         return self.role in (Role.WRITER, Role.ADMIN)

@@ -33,16 +33,17 @@ class SharedState:
         # New prefixes handed out so far: the next one goes to the next replica in turn.
         self.new_prefixes = 0
 
-    async def acquire(self, user: str, prompt_tokens: int) -> LimitExceeded | None:
-        """The refusal, returned rather than raised: it reaches the caller as itself."""
+    async def acquire(self, account: str, prompt_tokens: int) -> LimitExceeded | None:
+        """The refusal, returned rather than raised: it reaches the caller as itself. account:
+        the user within its tenant (Principal.account), as the one-process limiter counts."""
         try:
-            await self.limiter.acquire(user, prompt_tokens)
+            await self.limiter.acquire(account, prompt_tokens)
         except LimitExceeded as refusal:
             return refusal
         return None
 
-    def release(self, user: str, output_tokens: int) -> None:
-        self.limiter.release(user, output_tokens)
+    def release(self, account: str, output_tokens: int) -> None:
+        self.limiter.release(account, output_tokens)
 
     def report(self, replica: str, stats: EngineStats) -> None:
         self.stats[replica] = (time.monotonic(), stats)
@@ -111,10 +112,10 @@ class SharedLimiter:
     def __init__(self, actor: ActorHandle) -> None:
         self.actor = actor
 
-    async def acquire(self, user: str, prompt_tokens: int) -> None:
-        refusal = await self.actor.acquire.remote(user, prompt_tokens)
+    async def acquire(self, account: str, prompt_tokens: int) -> None:
+        refusal = await self.actor.acquire.remote(account, prompt_tokens)
         if refusal is not None:
             raise refusal
 
-    def release(self, user: str, output_tokens: int) -> None:
-        self.actor.release.remote(user, output_tokens)  # nobody waits on the release
+    def release(self, account: str, output_tokens: int) -> None:
+        self.actor.release.remote(account, output_tokens)  # nobody waits on the release

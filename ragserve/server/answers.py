@@ -59,7 +59,7 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
                 token_ids,
                 params,
                 f"{request_id}-{next(counter)}",
-                who.user,
+                who.account,
                 CacheSalt(who.tenant, narrowing),
             )
         except (EngineError, EngineDeadError) as error:
@@ -125,7 +125,7 @@ async def answer_events(
             yield AnswerEvent(cached.answer, cached)
             return
     try:
-        await state.limiter.acquire(who.user, len(question) // 4)
+        await state.limiter.acquire(who.account, len(question) // 4)
     except LimitExceeded as error:
         raise from_limit(error) from error
     completion_tokens = 0
@@ -142,7 +142,7 @@ async def answer_events(
         param = "question" if schema is None else "response_format"
         raise invalid(str(error), "context_length_exceeded", param=param) from error
     finally:
-        state.limiter.release(who.user, completion_tokens)
+        state.limiter.release(who.account, completion_tokens)
 
 
 async def _first_event(events: AsyncIterator[AnswerEvent]) -> AnswerEvent:

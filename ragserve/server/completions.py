@@ -237,20 +237,20 @@ async def complete(
                 return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
             return JSONResponse(reply.json(cached))
     try:
-        await state.limiter.acquire(who.user, len(token_ids))
+        await state.limiter.acquire(who.account, len(token_ids))
     except LimitExceeded as error:
         raise from_limit(error) from error
     try:
         stream = await state.engine.add_request(
-            token_ids, params, reply.request_id, who.user, who.tenant, body.priority
+            token_ids, params, reply.request_id, who.account, who.tenant, body.priority
         )
     except (EngineError, EngineDeadError) as error:
-        state.limiter.release(who.user, 0)
+        state.limiter.release(who.account, 0)
         raise from_engine(error) from error
 
     def finish(output: RequestOutput | None) -> None:
         stream.close()
-        state.limiter.release(who.user, usage_of(output).completion_tokens if output else 0)
+        state.limiter.release(who.account, usage_of(output).completion_tokens if output else 0)
         if output is None or not output.finished:
             metrics.request_success.labels(finished_reason="abort").inc()
             return

@@ -25,16 +25,21 @@ WINDOW_S = 60.0
 
 class DemandLimiter(Protocol):
     """Per-user limits: UserLimiter in one process; behind Ray Serve, one UserLimiter shared by
-    every replica (ragserve.cluster.shared_state)."""
+    every replica (ragserve.cluster.shared_state). A user is an account (Principal.account: the
+    user within its tenant), so a namesake in another tenant neither spends nor sees its budget.
+    """
 
-    async def acquire(self, user: str, prompt_tokens: int) -> None:
+    async def acquire(self, account: str, prompt_tokens: int) -> None:
         """Admit a request or raise LimitExceeded; charges its prompt tokens."""
 
-    def release(self, user: str, output_tokens: int) -> None:
+    def release(self, account: str, output_tokens: int) -> None:
         """The request is over: frees its slot and charges its output tokens."""
 
 
 class UserLimiter:
+    """Concurrent requests and tokens in a sliding minute, per account. A refusal states the
+    caller's own usage and nothing else: no name, nobody else's count."""
+
     def __init__(self, max_concurrent: int, tokens_per_minute: int) -> None:
         self.max_concurrent = max_concurrent
         self.tokens_per_minute = tokens_per_minute
@@ -42,40 +47,40 @@ class UserLimiter:
         self._spent: dict[str, deque[tuple[float, int]]] = defaultdict(deque)
         self._lock = threading.Lock()
 
-    def _window(self, user: str, now: float) -> deque[tuple[float, int]]:
-        spent = self._spent[user]
+    def _window(self, account: str, now: float) -> deque[tuple[float, int]]:
+        spent = self._spent[account]
         while spent and spent[0][0] <= now - WINDOW_S:
             spent.popleft()
         return spent
 
-    async def acquire(self, user: str, prompt_tokens: int) -> None:
+    async def acquire(self, account: str, prompt_tokens: int) -> None:
         now = time.monotonic()
         with self._lock:
-            if self._active[user] >= self.max_concurrent:
+            if self._active[account] >= self.max_concurrent:
                 raise LimitExceeded(
                     "per_user_concurrency",
-                    f"user {user!r} already has {self._active[user]} requests in flight "
+                    f"this user already has {self._active[account]} requests in flight "
                     f"(limit {self.max_concurrent})",
                     1.0,
                 )
-            spent = self._window(user, now)
+            spent = self._window(account, now)
             used = sum(n for _, n in spent)
             if used + prompt_tokens > self.tokens_per_minute and spent:
                 retry = spent[0][0] + WINDOW_S - now
                 raise LimitExceeded(
                     "per_user_tokens",
-                    f"user {user!r} used {used} tokens in the last minute "
+                    f"this user used {used} tokens in the last minute "
                     f"(limit {self.tokens_per_minute})",
                     max(retry, 1.0),
                 )
-            self._active[user] += 1
+            self._active[account] += 1
             spent.append((now, prompt_tokens))
 
-    def release(self, user: str, output_tokens: int) -> None:
+    def release(self, account: str, output_tokens: int) -> None:
         with self._lock:
-            self._active[user] -= 1
+            self._active[account] -= 1
             if output_tokens:
-                self._spent[user].append((time.monotonic(), output_tokens))
+                self._spent[account].append((time.monotonic(), output_tokens))
 
 
 class AuthThrottle:

@@ -192,6 +192,25 @@ def test_tokens_per_minute_is_429(server):
     server.wait_idle()
 
 
+def test_per_user_limits_count_each_tenant_apart_and_state_the_callers_own_usage(server):
+    # The same name in another tenant is another person: spending its budget leaves this one's
+    # whole, and its refusal states its own usage, nobody else's.
+    namesake = client(server, server.key("ann", tenant="beta"))
+    ann = client(server, server.key("ann"))
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 300  # ~3000 tokens
+    spent = 0
+    with pytest.raises(openai.RateLimitError) as caught:
+        for _ in range(10):
+            spent += namesake.completions.create(
+                model=MODEL, prompt=long_prompt, max_tokens=1
+            ).usage.total_tokens
+    message = caught.value.response.json()["error"]["message"]
+    assert f"used {spent} tokens" in message
+    reply = ann.completions.create(model=MODEL, prompt=long_prompt, max_tokens=1)
+    assert reply.usage.prompt_tokens > 0
+    server.wait_idle()
+
+
 def test_disconnect_mid_stream_frees_blocks(server, alice):
     server.wait_idle()
     finished_before = _metric(server, 'ragserve:request_success_total{finished_reason="abort"}')
@@ -269,6 +288,36 @@ def test_response_cache_per_permission_set(server):
     eng.chat.completions.create(**{**request, "temperature": 0.7})
     eng.chat.completions.create(**{**request, "temperature": 0.7})
     assert _metric(server, hits) == before + 2, "random sampling is never cached"
+
+
+def test_response_cache_separates_an_administrator_from_a_namesake_reader(server):
+    # Same user, groups and tenant; only the role differs, and with it what the store shows:
+    # the admin's cached answer must not reach the reader, who sees no document at all.
+    writer = {"Authorization": f"Bearer {server.key('wanda', tenant='roles', role=Role.WRITER)}"}
+    admin = {"Authorization": f"Bearer {server.key('rory', tenant='roles', role=Role.ADMIN)}"}
+    reader = {"Authorization": f"Bearer {server.key('rory', tenant='roles')}"}
+    note = "The lighthouse keeper's door code is 4417. The keeper changes it every March."
+    stored = httpx.post(server.url + "/v1/documents", json={"text": note}, headers=writer)
+    assert stored.status_code == 201, stored.text
+    question = {"question": "What is the lighthouse keeper's door code?"}
+
+    def ask(headers: dict[str, str]) -> dict:
+        response = httpx.post(
+            server.url + "/v1/answers", json=question, headers=headers, timeout=120
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    hits = "ragserve:response_cache_hits_total"
+    answered = ask(admin)
+    assert not answered["refused"] and answered["citations"]
+    before = _metric(server, hits)
+    assert ask(admin)["answer"] == answered["answer"]
+    assert _metric(server, hits) == before + 1  # the admin's answer is in the cache
+    refused = ask(reader)
+    assert _metric(server, hits) == before + 1, "the reader must miss the admin's entry"
+    assert refused["refused"] and not refused["citations"] and "4417" not in refused["answer"]
+    server.wait_idle()
 
 
 def test_metrics_move(server, alice):

@@ -40,6 +40,19 @@ def test_permission_key_separates_tenants_users_and_groups(tmp_path):
     assert len({p.permission_key for p in principals}) == 4
 
 
+def test_permission_key_separates_an_administrator_from_a_namesake_reader(tmp_path):
+    # An admin key reads the whole tenant: sharing a key (and so cached answers) with a reader
+    # of the same name and groups would hand the reader what only the admin may read. Reader
+    # and writer read the same documents, so they may share.
+    keys = KeyStore(tmp_path / "keys.sqlite")
+    admin, reader, writer = (
+        keys.authenticate(keys.create("a", ["g"], "t1", role)[0])
+        for role in (Role.ADMIN, Role.READER, Role.WRITER)
+    )
+    assert admin.permission_key != reader.permission_key
+    assert reader.permission_key == writer.permission_key
+
+
 def test_key_changes_are_audited_per_tenant(tmp_path):
     from ragserve.audit import AuditAction
 

@@ -117,7 +117,7 @@ def test_streamed_choices_arrive_by_index_and_finish_once(tmp_path):
     assert content == {0: "Hello!", 1: "A"}
     assert finishes == {0: ["length"], 1: ["stop"]}
     assert text.endswith("data: [DONE]\n\n")
-    assert state.limiter._active["u"] == 0
+    assert state.limiter._active[WHO.account] == 0
 
 
 def test_a_deterministic_completion_is_cached_and_replayed(tmp_path):
@@ -150,9 +150,9 @@ def test_refusals_release_the_limiter(tmp_path, failure, status, rejection):
     engine = ScriptedEngine(failure or [output(["x"], ["stop"])])
     state = state_with(engine, tmp_path)
     if failure is None:
-        asyncio.run(state.limiter.acquire("u", 1))  # the user's one slot is taken
+        asyncio.run(state.limiter.acquire(WHO.account, 1))  # the user's one slot is taken
     body = CompletionRequest(model="m", prompt="x", temperature=1.0)
     with pytest.raises(APIError) as refused:
         asyncio.run(complete(state, body, PROMPT, REQUEST, WHO, None))
     assert (refused.value.status, refused.value.rejection) == (status, rejection)
-    assert state.limiter._active["u"] == (1 if failure is None else 0)
+    assert state.limiter._active[WHO.account] == (1 if failure is None else 0)
