@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from ragserve.access import Role
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
+from ragserve.server.web import PAGE_HEADERS
 from ragserve.settings import Settings
 from tests.server.conftest import LiveServer, start_server
 
@@ -120,6 +121,16 @@ def test_the_page_is_served_with_a_strict_content_security_policy(server):
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert httpx.get(server.url + "/ui/app.js").status_code == 200
+
+
+def test_every_file_of_the_page_carries_the_security_headers(server):
+    # The same index.html is reachable under /ui too: no path may serve it (or its scripts)
+    # without the policy, a 404 included.
+    for path in ("/", "/ui/index.html", "/ui/app.js", "/ui/style.css", "/ui/missing.js"):
+        response = httpx.get(server.url + path)
+        for name, value in PAGE_HEADERS.items():
+            assert response.headers.get(name) == value, (path, name)
+    assert "frame-ancestors 'none'" in PAGE_HEADERS["Content-Security-Policy"]
 
 
 def test_a_wrong_key_is_refused_and_a_right_one_shows_who_signed_in(page, server, keys):
