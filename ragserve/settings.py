@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     default_max_tokens: int = Field(256, ge=1)
     max_concurrent_requests_per_user: int = Field(16, ge=1)
     tokens_per_minute_per_user: int = Field(200_000, ge=1)
+    # The largest request body an API route takes (413 past it, read no further); uploads to
+    # POST /v1/documents have their own, max_upload_bytes plus 64 KiB for the form or the JSON
+    # around the text. The body is read in pieces, after the key is checked.
+    max_request_bytes: int = Field(4 << 20, ge=1024)
     # Invalid API keys one client address may send in a minute before all its keyed requests
     # get a 429 until the window clears (behind a proxy, every client shares its address).
     auth_failures_per_minute: int = Field(20, ge=1)

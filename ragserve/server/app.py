@@ -23,11 +23,11 @@ from ragserve.rag.embeddings import Embedder
 from ragserve.server.answers import answer_routes
 from ragserve.server.audit import audit_routes
 from ragserve.server.auth import KeyStore
-from ragserve.server.bodies import JsonBodyGuard
 from ragserve.server.completions import completion_routes
 from ragserve.server.documents import document_routes
 from ragserve.server.embeddings import embedding_routes
 from ragserve.server.errors import APIError, Rejection, error_body
+from ragserve.server.gate import BodyCaps, RequestGate
 from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
@@ -79,13 +79,8 @@ def build_app(
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
-    app.add_middleware(
-        JsonBodyGuard,
-        on_refusal=lambda: state.metrics.requests_rejected.labels(reason=Rejection.INVALID).inc(),
-    )
 
-    @app.exception_handler(APIError)
-    async def api_error(request: Request, error: APIError) -> JSONResponse:
+    def refusal(error: APIError) -> JSONResponse:
         if error.rejection is not None:
             state.metrics.requests_rejected.labels(reason=error.rejection).inc()
         return JSONResponse(
@@ -93,6 +88,18 @@ def build_app(
             error.status,
             headers=error.headers(),
         )
+
+    app.add_middleware(
+        RequestGate,
+        state=state,
+        respond=refusal,
+        default=BodyCaps.api(settings.max_request_bytes),
+        caps={"/v1/documents": BodyCaps.upload(settings.max_upload_bytes)},
+    )
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, error: APIError) -> JSONResponse:
+        return refusal(error)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -142,15 +149,15 @@ def build_app(
     return app
 
 
-INVALID_BODY = {
-    "description": ERROR_STATUSES[400],
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
-}
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+INVALID_BODY = {"description": ERROR_STATUSES[400], "content": ERROR_CONTENT}
+TOO_LARGE = {"description": ERROR_STATUSES[413], "content": ERROR_CONTENT}
 
 
 def openapi_document(app: FastAPI) -> dict[str, Any]:
     """FastAPI's OpenAPI document, corrected where the app differs from FastAPI's defaults: a
-    body that fails validation is a 400 with the OpenAI error shape, not a 422."""
+    body that fails validation is a 400 with the OpenAI error shape, not a 422; every body has
+    a cap (RequestGate), a 413 past it."""
     if app.openapi_schema is None:
         document = get_openapi(title=app.title, version=app.version, routes=app.routes)
         for path in document["paths"].values():
@@ -158,5 +165,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
                 responses = operation["responses"]
                 if responses.pop("422", None) is not None:
                     responses.setdefault("400", INVALID_BODY)
+                if "requestBody" in operation:
+                    responses.setdefault("413", TOO_LARGE)
         app.openapi_schema = document
     return app.openapi_schema

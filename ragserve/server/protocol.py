@@ -294,7 +294,8 @@ ERROR_STATUSES = {
     404: "No such model or document (or not one the key may see).",
     409: "The document was deleted, or the key lost its permission on it, while the upload was "
     "being processed; nothing was stored.",
-    413: "The upload is larger than max_upload_bytes.",
+    413: "The body is larger than its cap: max_request_bytes, or for an upload max_upload_bytes "
+    "(the file, or the text in UTF-8) plus 64 KiB for the form.",
     429: "A per-user limit, or too many invalid keys from this client; Retry-After says when.",
     503: "The queue is full (Retry-After) or the engine stopped.",
 }

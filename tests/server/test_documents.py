@@ -191,6 +191,35 @@ def test_an_upload_declared_over_the_limit_is_413_before_its_body_is_read(server
     connection.close()
 
 
+def test_a_json_text_over_the_limit_is_413_and_stores_nothing(server, keys):
+    # The file limit, in the file's unit: the text's bytes as UTF-8 ("é" is two), while the
+    # body (UTF-8 JSON) stays within its cap, so the route's own count refuses it.
+    before = len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"])
+    limit = server.state.settings.max_upload_bytes
+    body = json.dumps({"text": "é" * (limit // 2 + 1)}, ensure_ascii=False).encode()
+    headers = {"Authorization": f"Bearer {keys['writer']}", "Content-Type": "application/json"}
+    response = httpx.post(server.url + "/v1/documents", content=body, headers=headers, timeout=120)
+    assert response.status_code == 413, response.text[:300]
+    error = response.json()["error"]
+    assert error["code"] == "file_too_large" and "UTF-8" in error["message"]
+    assert len(call(server, "GET", "/v1/documents", keys["writer"]).json()["data"]) == before
+
+
+def test_a_json_text_declared_over_the_cap_is_413_before_its_body_is_read(server, keys):
+    # {"text": <23 M characters>}: refused on its declared length, never read nor parsed.
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=20)
+    connection.putrequest("POST", "/v1/documents")
+    connection.putheader("Authorization", f"Bearer {keys['writer']}")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(23_000_000 + len('{"text": ""}')))
+    connection.endheaders(b'{"text": "')
+    response = connection.getresponse()
+    assert response.status == 413
+    assert json.loads(response.read())["error"]["code"] == "file_too_large"
+    connection.close()
+
+
 def test_a_hidden_document_id_gets_the_answer_a_free_id_gets(server, keys):
     hidden = call(
         server,

@@ -4,12 +4,15 @@
 API's error shape, never a 5xx; and after each test the server still serves a normal request.
 """
 
+import http.client
 import io
 import json
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,7 @@ from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
 from ragserve.server.answers import AnswerRequest
 from ragserve.server.documents import DocumentText, SearchRequest
+from ragserve.server.gate import KEYED_PREFIX, UPLOAD_OVERHEAD
 from ragserve.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from ragserve.settings import Settings
 from tests.hostile_corpus import GOOD_FILES, GOOD_WORDS, HostileFile, hostile_files
@@ -53,6 +57,14 @@ FLIPS_OVER_HTTP = 3
 # No deadline: a request's time depends on the machine. No example database: nothing is written
 # into the working tree, and every run draws afresh.
 PROPERTY = settings(max_examples=30, deadline=None, database=None)
+# Bodies far past every cap, generated as they are sent: a server that read one whole would be
+# seen to (the client gets to send it all), and none is ever held by the test.
+HUGE = 256 << 20
+# What the client may hand its socket beyond what the server read: the two sockets' buffers
+# (Linux grows a loopback receive buffer to tcp_rmem's 32 MiB at most).
+SOCKET_SLACK = 40 << 20
+UPLOAD_HEAD = b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n\r\n'
+MULTIPART = "multipart/form-data; boundary=xyz"
 
 
 @pytest.fixture(scope="module")
@@ -344,3 +356,147 @@ def test_a_hostile_acl_form_field_is_a_400(server, acl):
     )
     assert response.status_code == 400, response.text
     assert "acl" in response.json()["error"]["message"]
+
+
+def test_every_path_that_needs_a_key_is_under_the_keyed_prefix(server):
+    # The gate authenticates by path before reading a body: a route needing a key elsewhere
+    # would read bodies of strangers, a keyless one under the prefix would be unreachable.
+    for path, operations in server.app.openapi()["paths"].items():
+        for method, operation in operations.items():
+            keyed = "401" in operation["responses"]
+            assert keyed == path.startswith(KEYED_PREFIX), (method, path)
+
+
+def declared_only(
+    server, path: str, headers: dict[str, str], length: int
+) -> tuple[http.client.HTTPResponse, bytes]:
+    """A request that declares a body of `length` bytes and sends one of them: an answer can
+    only come from a server that did not wait for the rest."""
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=20)
+    connection.putrequest("POST", path)
+    for name, value in {**headers, "Content-Length": str(length)}.items():
+        connection.putheader(name, value)
+    connection.endheaders(b"{")
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response, body
+
+
+def test_a_body_without_a_valid_key_is_refused_before_it_is_read(server):
+    for path, kind in [
+        ("/v1/chat/completions", "application/json"),
+        ("/v1/embeddings", "text/plain"),
+        ("/v1/documents", MULTIPART),
+        ("/v1/no-such-route", "application/json"),
+    ]:
+        for key in ({}, {"Authorization": "Bearer rsk-not-a-key"}):
+            response, body = declared_only(server, path, {"Content-Type": kind, **key}, 1 << 30)
+            assert response.status == 401, (path, body)
+            assert response.getheader("connection") == "close"
+            code = json.loads(body)["error"]["code"]
+            assert code == ("invalid_api_key" if key else "missing_api_key")
+
+
+def test_a_body_over_its_cap_is_413_before_it_is_read_and_one_at_the_cap_is_served(server, api):
+    writer = {"Authorization": f"Bearer {api.key}"}
+    api_cap = server.state.settings.max_request_bytes
+    upload_cap = server.state.settings.max_upload_bytes + UPLOAD_OVERHEAD
+    for path, kind, length, code in [
+        ("/v1/chat/completions", "application/json", api_cap + 1, "request_too_large"),
+        ("/v1/documents", "application/json", upload_cap + 1, "file_too_large"),
+        ("/v1/documents", MULTIPART, upload_cap + 1, "file_too_large"),
+    ]:
+        response, body = declared_only(server, path, {"Content-Type": kind, **writer}, length)
+        assert response.status == 413, (path, body)
+        assert json.loads(body)["error"]["code"] == code
+    # Exactly at the cap (JSON may pad with whitespace), a body is read and served.
+    query = b'{"query": "lighthouse beams"}'
+    padded = query[:-1] + b" " * (api_cap - len(query)) + b"}"
+    assert api.post("/v1/search", padded).status_code == 200
+
+
+@dataclass
+class Streamed:
+    response: httpx.Response
+    sent: int  # bytes the client handed its socket before the answer came
+
+
+def stream_body(
+    server, path: str, headers: dict[str, str], head: bytes = b"", pace_s: float = 0.0
+) -> Streamed:
+    """POST HUGE bytes after head (chunked: no Content-Length), 1 MiB at a time, pace_s apart.
+    The client reads the answer once its write fails (the server closed) or all is sent."""
+    sent = 0
+
+    def body() -> Iterator[bytes]:
+        nonlocal sent
+        yield head
+        piece = b" " * (1 << 20)
+        while sent < HUGE:
+            sent += len(piece)
+            yield piece
+            time.sleep(pace_s)
+
+    response = httpx.post(server.url + path, content=body(), headers=headers, timeout=120)
+    return Streamed(response, sent)
+
+
+@contextmanager
+def health_timed(server) -> Iterator[list[float]]:
+    """GET /health every 20 ms on another thread while the block runs: the latencies, in ms."""
+    latencies: list[float] = []
+    running = threading.Event()
+    running.set()
+
+    def poll() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            while running.is_set():
+                started = time.perf_counter()
+                assert client.get("/health").status_code == 200
+                latencies.append((time.perf_counter() - started) * 1000)
+                time.sleep(0.02)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        yield latencies
+    finally:
+        running.clear()
+        poller.join()
+
+
+def test_huge_bodies_without_a_key_are_refused_at_once_and_health_stays_fast(server):
+    with health_timed(server) as health_ms:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:  # strangers keep sending
+            streamed = stream_body(server, "/v1/chat/completions", {})
+            assert streamed.response.status_code == 401, streamed.response.text
+            check_reply(streamed.response)
+            # The server read none of it: what went out is what the sockets buffer.
+            assert streamed.sent <= SOCKET_SLACK, streamed.sent
+    # Wide margins: the point is no stall of seconds (1000 MiB used to stall /health 11 s).
+    assert len(health_ms) >= 5 and max(health_ms) < 1000, health_ms
+
+
+def test_a_chunked_json_body_over_the_cap_is_cut_off_there(server, api):
+    writer = {"Authorization": f"Bearer {api.key}", "Content-Type": "application/json"}
+    streamed = stream_body(server, "/v1/chat/completions", writer)
+    assert streamed.response.status_code == 413, streamed.response.text
+    assert error_of(streamed.response)["code"] == "request_too_large"
+    assert streamed.sent <= server.state.settings.max_request_bytes + SOCKET_SLACK
+
+
+def test_a_chunked_upload_over_the_limit_is_cut_off_at_the_cap(server, api):
+    key = server.key("uma", tenant="chunked", role=Role.WRITER)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": MULTIPART}
+    # Paced, so that the server reads for a while and /health is timed meanwhile.
+    with health_timed(server) as health_ms:
+        streamed = stream_body(server, "/v1/documents", headers, UPLOAD_HEAD, pace_s=0.01)
+    assert streamed.response.status_code == 413, streamed.response.text
+    assert error_of(streamed.response)["code"] == "file_too_large"
+    cap = server.state.settings.max_upload_bytes + UPLOAD_OVERHEAD
+    assert streamed.sent <= cap + SOCKET_SLACK, streamed.sent
+    assert len(health_ms) >= 5 and max(health_ms) < 1000, health_ms
+    assert api.request("GET", "/v1/documents", key).json()["data"] == []
