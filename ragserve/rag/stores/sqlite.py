@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from ragserve.audit import (
-    SQLITE_AUDIT_SCHEMA,
     AuditEntry,
     append_restores,
     append_sqlite,
@@ -42,40 +41,8 @@ from ragserve.rag.stores.rows import (
     document_values,
 )
 from ragserve.rag.stores.sql import SqlStore
+from ragserve.rag.stores.sqlite_schema import insert_postings, migrate
 from ragserve.sqlite_db import connect, restore_database, transaction
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, owner TEXT NOT NULL, source TEXT NOT NULL,
-    title TEXT NOT NULL, content_hash TEXT NOT NULL, version INTEGER NOT NULL,
-    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, changed INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, doc_id)
-);
-CREATE TABLE IF NOT EXISTS doc_acl (
-    tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
-    permission TEXT NOT NULL DEFAULT 'read' CHECK (permission IN ('read', 'write', 'manage')),
-    PRIMARY KEY (tenant, doc_id, kind, name)
-);
-CREATE INDEX IF NOT EXISTS doc_acl_by_name ON doc_acl (kind, name);
-CREATE TABLE IF NOT EXISTS chunks (
-    rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
-    doc_id TEXT NOT NULL, version INTEGER NOT NULL, idx INTEGER NOT NULL, start INTEGER NOT NULL,
-    stop INTEGER NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL,
-    tokens INTEGER NOT NULL DEFAULT 0, embedding BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
-"""
-
-# Created after the chunks table has its `tokens` column (older stores gain it on open).
-KEYWORD_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chunk_terms (
-    term TEXT NOT NULL, chunk INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (term, chunk)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS chunk_terms_by_chunk ON chunk_terms (chunk);
-"""
 
 # Visible documents `d` for the reader in the named parameters (see AccessFilter).
 ACL_CONDITION = """d.tenant = :tenant AND (:everything OR d.owner = :user OR EXISTS (
@@ -106,18 +73,7 @@ class SqliteStore(SqlStore):
         self.dimension = dimension
         self._db = connect(path)
         self._lock = threading.RLock()
-        # Idempotent; executescript commits on its own.
-        self._db.executescript(SCHEMA + SQLITE_AUDIT_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(doc_acl)")}
-        if "permission" not in columns:  # a store from before permission levels: all read
-            self._db.execute(
-                "ALTER TABLE doc_acl ADD COLUMN permission TEXT NOT NULL DEFAULT 'read'"
-                " CHECK (permission IN ('read', 'write', 'manage'))"
-            )
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
-        if "changed" not in columns:  # a store from before visible_version
-            self._db.execute("ALTER TABLE documents ADD COLUMN changed INTEGER NOT NULL DEFAULT 0")
-        self._build_keyword_index()
+        migrate(self._db, self._lock)
         with self._transaction(write=True):
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('store_id', ?), ('index_version', '0'),"
@@ -130,31 +86,6 @@ class SqliteStore(SqlStore):
         self._matrix_version = ""
         self._rowids = np.empty(0, dtype=np.int64)
         self._matrix = np.empty((0, dimension), dtype=np.float32)
-
-    def _build_keyword_index(self) -> None:
-        """Give a store from before keyword postings (it ranked with FTS5, whose statistics
-        span every tenant) its postings, once, and drop the FTS5 table."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
-        with self._transaction(write=True) as db:
-            if "tokens" not in columns:
-                db.execute("ALTER TABLE chunks ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0")
-            for statement in KEYWORD_SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            if db.execute("SELECT 1 FROM meta WHERE key = 'keyword_postings'").fetchone():
-                return
-            for rowid, text in db.execute("SELECT rowid, text FROM chunks").fetchall():
-                counts, length = term_counts(text)
-                self._insert_postings(rowid, counts)
-                db.execute("UPDATE chunks SET tokens = ? WHERE rowid = ?", (length, rowid))
-            db.execute("DROP TABLE IF EXISTS chunks_fts")
-            db.execute("INSERT INTO meta VALUES ('keyword_postings', '1')")
-
-    def _insert_postings(self, rowid: int, counts: dict[str, int]) -> None:
-        self._db.executemany(
-            "INSERT INTO chunk_terms (term, chunk, count) VALUES (?, ?, ?)",
-            [(term, rowid, count) for term, count in counts.items()],
-        )
 
     def _transaction(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
         return transaction(self._db, self._lock, write)
@@ -241,7 +172,7 @@ class SqliteStore(SqlStore):
             counts, length = term_counts(chunk.text)
             *values, embedding = chunk_values(document, chunk, length)
             cursor = self._db.execute(insert, (*values, embedding.tobytes()))
-            self._insert_postings(cursor.lastrowid, counts)
+            insert_postings(self._db, cursor.lastrowid, counts)
 
     def _remove_chunks(self, tenant: str, doc_id: str, version: int | None = None) -> None:
         condition = "tenant = ? AND doc_id = ?" + (" AND version = ?" if version else "")
