@@ -5,11 +5,13 @@ The access filter comes from the authenticated key, never from the request body.
 
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from fastapi import APIRouter, Depends
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -108,12 +110,16 @@ async def answer_events(
             raise from_engine(error) from error
     key = None
     if state.cache is not None:
+        started = time.perf_counter()
+        # What the caller may read, not the whole index: a write the caller cannot see must
+        # neither drop the caller's entries nor show in whether the next answer is a replay.
+        readable = await run_in_threadpool(state.rag.store.visible_version, access_for(who))
         key = cache_key(
             {
                 "permissions": who.permission_key,
                 "model": [state.model_id, state.weights_version],
                 "template": TEMPLATE_VERSION,
-                "index": state.index_version(),
+                "index": readable,
                 "kind": "answer",
                 "request": {"question": question, "top_k": top_k, "schema": schema},
             }
@@ -122,7 +128,9 @@ async def answer_events(
         cached: AnswerResult | None = state.cache.get(key)
         if cached is not None:
             state.metrics.response_cache_hits.inc()
-            yield AnswerEvent(cached.answer, cached)
+            # The replay's own time, not the stored answer's.
+            timings = {"total_ms": round((time.perf_counter() - started) * 1000, 1)}
+            yield AnswerEvent(cached.answer, replace(cached, timings=timings))
             return
     try:
         await state.limiter.acquire(who.account, len(question) // 4)

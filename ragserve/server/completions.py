@@ -224,7 +224,6 @@ async def complete(
                 "permissions": who.permission_key,
                 "model": [state.model_id, state.weights_version],
                 "template": state.template_version,
-                "index": state.index_version(),
                 "kind": "chat" if chat else "text",
                 "request": body.cache_fields(),
             }

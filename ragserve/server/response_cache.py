@@ -1,9 +1,11 @@
 """A cache of whole responses to deterministic requests.
 
 The key covers everything that could change the answer or who may see it: the principal's
-permission set and tenant, the model and its weights, the chat template, the document index
-version, and the full request with its sampling parameters. An ACL change or a delete moves the
-index version, so entries made before it can no longer be reached.
+permission set (its whole store filter), the model and its weights, the chat template, the full
+request with its sampling parameters and, for answers from documents, the version of what that
+principal may read (Store.visible_version). A write, delete or ACL change that touches what the
+principal reads moves that version, so entries made before it can no longer be reached; one the
+principal cannot see leaves them, so a cache hit or miss says nothing about hidden documents.
 """
 
 import hashlib

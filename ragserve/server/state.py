@@ -1,7 +1,6 @@
 """What the routes share: the engine, keys, limits, metrics, caches and the RAG services."""
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +43,3 @@ class ServerState:
     def rag_model_id(self) -> str:
         """Chat completions to this model answer from the caller's documents."""
         return self.model_id + "+rag"
-
-    @property
-    def index_version(self) -> Callable[[], str]:
-        """The store's version, so cached answers die with the documents they came from."""
-        return self.rag.store.index_version

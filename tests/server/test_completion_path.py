@@ -77,7 +77,7 @@ def state_with(engine: ScriptedEngine, tmp_path) -> ServerState:
         model_id="m",
         weights_version="w",
         template_version="t",
-        rag=SimpleNamespace(store=SimpleNamespace(index_version=lambda: "v")),  # type: ignore[arg-type]
+        rag=SimpleNamespace(),  # type: ignore[arg-type]
     )
 
 

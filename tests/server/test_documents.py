@@ -321,15 +321,21 @@ def test_write_and_manage_grants(server):
     assert call(server, "GET", path, owner).status_code == 404
 
 
-def test_response_cache_follows_the_index_version(server, keys):
+def test_response_cache_forgets_only_what_a_write_may_change(server, keys):
+    """Answers are keyed on what their reader may read: a write elsewhere (another tenant,
+    another group) leaves them, one the reader sees drops them. Plain completions read no
+    document, and no write drops them."""
     hits = "ragserve:response_cache_hits_total"
-    api = openai.OpenAI(base_url=server.url + "/v1", api_key=keys["eng"], max_retries=0)
-    request = {
+    reader = server.key("rhea", ("eng",))
+    elsewhere = server.key("otto", ("eng",), tenant="elsewhere", role=Role.WRITER)
+    api = openai.OpenAI(base_url=server.url + "/v1", api_key=reader, max_retries=0)
+    chat = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Name a colour."}],
         "max_tokens": 8,
         "temperature": 0,
     }
+    question = {"question": "Which colour is the harbour crane painted?"}
 
     def count() -> float:
         for line in httpx.get(server.url + "/metrics").text.splitlines():
@@ -337,13 +343,47 @@ def test_response_cache_follows_the_index_version(server, keys):
                 return float(line.split()[1])
         return 0.0
 
-    api.chat.completions.create(**request)
+    def ask() -> dict:
+        answered = call(server, "POST", "/v1/answers", reader, json=question)
+        assert answered.status_code == 200, answered.text
+        return answered.json()
+
+    stored = call(
+        server,
+        "POST",
+        "/v1/documents",
+        keys["writer"],
+        json={"text": "The harbour crane is painted orange.", "acl": {"groups": ["eng"]}},
+    )
+    assert stored.status_code == 201, stored.text
+    api.chat.completions.create(**chat)
+    first = ask()
     before = count()
-    api.chat.completions.create(**request)
+    replayed = ask()
     assert count() == before + 1
-    call(server, "POST", "/v1/documents", keys["writer"], json={"text": "Blue is a colour."})
-    api.chat.completions.create(**request)
-    assert count() == before + 1, "a write moves the index version: the old entry is gone"
+    assert replayed["answer"] == first["answer"] and replayed["timings"] != first["timings"]
+    # Writes the reader cannot see: another tenant's, and a group the reader is not in.
+    for key, text, acl in [
+        (elsewhere, "The harbour crane is painted green.", {"groups": ["eng"]}),
+        (keys["writer"], "The harbour crane was red in 1990.", {"groups": ["board"]}),
+    ]:
+        written = call(server, "POST", "/v1/documents", key, json={"text": text, "acl": acl})
+        assert written.status_code == 201, written.text
+    ask()
+    api.chat.completions.create(**chat)
+    assert count() == before + 3, "a write the reader cannot see drops nothing"
+    written = call(
+        server,
+        "POST",
+        "/v1/documents",
+        keys["writer"],
+        json={"text": "The harbour crane's lamp is blue.", "acl": {"groups": ["eng"]}},
+    )
+    assert written.status_code == 201, written.text
+    api.chat.completions.create(**chat)
+    assert count() == before + 4, "a chat completion reads no document"
+    ask()
+    assert count() == before + 4, "a write the reader sees drops its answers"
 
 
 def test_the_audit_trail_is_for_the_tenants_administrators(server, keys):
