@@ -68,13 +68,14 @@ CREATE INDEX IF NOT EXISTS rs_chunks_by_doc ON rs_chunks (tenant, doc_id, versio
 ALTER TABLE rs_chunks ADD COLUMN IF NOT EXISTS tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rs_chunks DROP COLUMN IF EXISTS tsv;
 DROP INDEX IF EXISTS rs_chunks_hnsw;
-CREATE TABLE IF NOT EXISTS rs_chunk_terms (
-    term TEXT NOT NULL, chunk BIGINT NOT NULL REFERENCES rs_chunks (id) ON DELETE CASCADE,
-    count INTEGER NOT NULL,
-    -- count rides in the index, so a term's postings come from an index-only scan.
-    PRIMARY KEY (term, chunk) INCLUDE (count)
+-- Keyed by chunk first: a search probes the postings of the reader's chunks, never a term's
+-- postings across every tenant (whose length would show in the search's time); count rides
+-- in the index, so a probe is an index-only scan.
+CREATE TABLE IF NOT EXISTS rs_postings (
+    chunk BIGINT NOT NULL REFERENCES rs_chunks (id) ON DELETE CASCADE,
+    term TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (chunk, term) INCLUDE (count)
 );
-CREATE INDEX IF NOT EXISTS rs_chunk_terms_by_chunk ON rs_chunk_terms (chunk);
 CREATE TABLE IF NOT EXISTS rs_audit (
     seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL,
     actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, version INTEGER,
@@ -92,6 +93,14 @@ CURRENT_CHUNKS = """rs_chunks c JOIN rs_documents d
     ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"""
 
 SCORED_CHUNK_SELECT = "c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text"
+
+# A search's chunks: the reader's documents first (materialized, so the planner cannot start
+# from the chunks), then their current chunks through rs_chunks_by_doc.
+READABLE_CHUNKS = f"""WITH d AS MATERIALIZED (
+    SELECT d.tenant, d.doc_id, d.version, d.title, d.source FROM rs_documents d
+    WHERE {ACL_CONDITION})
+SELECT {{columns}} FROM d JOIN rs_chunks c
+    ON c.tenant = d.tenant AND c.doc_id = d.doc_id AND c.version = d.version"""
 
 
 def access_params(access: AccessFilter) -> dict[str, object]:
@@ -124,13 +133,10 @@ class PostgresStore(SqlStore):
             raise ValueError(f"the database holds {stored}-dimensional embeddings, not {dimension}")
         with self._transaction():
             # Two processes opening one old database: the second waits, then finds it done.
-            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('rs_chunk_terms'))")
-            if (
-                self._db.execute("SELECT 1 FROM rs_meta WHERE key = 'keyword_postings'").fetchone()
-                is None
-            ):
+            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('rs_postings'))")
+            if self._db.execute("SELECT 1 FROM rs_meta WHERE key = 'postings'").fetchone() is None:
                 self._index_old_chunks()
-                self._db.execute("INSERT INTO rs_meta VALUES ('keyword_postings', '1')")
+                self._db.execute("INSERT INTO rs_meta VALUES ('postings', '1')")
 
     def _index_old_chunks(self) -> None:
         """Postings and lengths for the chunks of a database from before keyword postings."""
@@ -151,8 +157,8 @@ class PostgresStore(SqlStore):
         statement."""
         rows = [(chunk_id, term, n) for chunk_id, counts in chunks for term, n in counts.items()]
         self._db.execute(
-            "INSERT INTO rs_chunk_terms (term, chunk, count)"
-            " SELECT t.term, c.id, t.count"
+            "INSERT INTO rs_postings (chunk, term, count)"
+            " SELECT c.id, t.term, t.count"
             " FROM unnest(%s::text[], %s::text[], %s::int[]) AS t(chunk_id, term, count)"
             " JOIN rs_chunks c ON c.chunk_id = t.chunk_id",
             ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
@@ -309,19 +315,15 @@ class PostgresStore(SqlStore):
         if not wanted:
             return []
         params = {"terms": wanted, **access_params(access)}
-        with self._snapshot() as db:
-            chunks, tokens = db.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(c.tokens), 0) FROM {CURRENT_CHUNKS}"
-                f" WHERE {ACL_CONDITION}",
-                params,
-            ).fetchone()
-            postings = db.execute(
-                "SELECT t.term, c.id, t.count, c.tokens FROM rs_chunk_terms t"
-                f" JOIN {CURRENT_CHUNKS} ON c.id = t.chunk"
-                f" WHERE t.term = ANY(%(terms)s) AND {ACL_CONDITION}",
+        with self._search() as db:
+            rows = db.execute(
+                READABLE_CHUNKS.format(columns="c.id, c.tokens, t.term, t.count")
+                + " LEFT JOIN rs_postings t ON t.chunk = c.id AND t.term = ANY(%(terms)s)",
                 params,
             ).fetchall()
-            scored = bm25_top(postings, chunks, int(tokens), k)
+            lengths = {key: length for key, length, _, _ in rows}
+            postings = [(term, key, n, length) for key, length, term, n in rows if term]
+            scored = bm25_top(postings, len(lengths), sum(lengths.values()), k)
             scores = dict(scored)
             rows = db.execute(
                 f"SELECT c.id, {SCORED_CHUNK_SELECT} FROM {CURRENT_CHUNKS}"
@@ -332,19 +334,25 @@ class PostgresStore(SqlStore):
         return [by_id[key] for key, _ in scored if key in by_id]
 
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
-                f" FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}"
-                " ORDER BY score DESC, c.id LIMIT %(k)s",
+        columns = f"{SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
+        with self._search() as db:
+            rows = db.execute(
+                READABLE_CHUNKS.format(columns=columns) + " ORDER BY score DESC, c.id LIMIT %(k)s",
                 {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)},
             ).fetchall()
         return [ScoredChunk(*row) for row in rows]
 
     @contextmanager
-    def _snapshot(self) -> Iterator[psycopg.Connection]:
-        """A read transaction whose statements all see one snapshot, so a search's statistics
-        and its postings describe the same chunks."""
+    def _search(self) -> Iterator[psycopg.Connection]:
+        """A search's transaction: one snapshot for all its statements, and one access path.
+        A plan chosen by cost comes from statistics over every tenant's rows, and a hash join
+        or a sequential scan would start at every chunk, or at a term's postings in every
+        tenant, so the search's time would tell about rows the reader cannot read. With these
+        off, it runs from the reader's documents (an index scan of the tenant's) to their
+        chunks to each chunk's postings, and its cost grows with what the reader may read and
+        with the tenant's document count only."""
         with self._transaction() as db:
             db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            for method in ("hashjoin", "mergejoin", "seqscan"):
+                db.execute(f"SET LOCAL enable_{method} = off")
             yield db

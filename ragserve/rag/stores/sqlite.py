@@ -55,6 +55,13 @@ DOCUMENT_OF_CHUNK = (
     "JOIN documents d ON d.tenant = c.tenant AND d.doc_id = c.doc_id AND d.version = c.version"
 )
 CURRENT_CHUNKS = f"chunks c {DOCUMENT_OF_CHUNK}"
+# The same, for searches: CROSS JOIN keeps SQLite's order, from the reader's documents to their
+# chunks, so a search's cost grows with what the reader may read and the tenant's document
+# count, never with other documents' chunks or text.
+READABLE_CHUNKS = (
+    "documents d CROSS JOIN chunks c"
+    " ON c.tenant = d.tenant AND c.doc_id = d.doc_id AND c.version = d.version"
+)
 
 
 def access_params(access: AccessFilter) -> dict[str, object]:
@@ -178,7 +185,7 @@ class SqliteStore(SqlStore):
         condition = "tenant = ? AND doc_id = ?" + (" AND version = ?" if version else "")
         params = (tenant, doc_id, version) if version else (tenant, doc_id)
         self._db.execute(
-            f"DELETE FROM chunk_terms WHERE chunk IN (SELECT rowid FROM chunks WHERE {condition})",
+            f"DELETE FROM postings WHERE chunk IN (SELECT rowid FROM chunks WHERE {condition})",
             params,
         )
         self._db.execute(f"DELETE FROM chunks WHERE {condition}", params)
@@ -252,20 +259,19 @@ class SqliteStore(SqlStore):
         wanted = query_terms(query)
         if not wanted:
             return []
-        params = {"terms": json.dumps(wanted), **access_params(access)}
+        # One pass over the reader's chunks gives the statistics and the postings.
         with self._transaction():
-            chunks, tokens = self._db.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(c.tokens), 0) FROM {CURRENT_CHUNKS}"
+            rows = self._db.execute(
+                f"SELECT c.rowid, c.tokens, t.term, t.count FROM {READABLE_CHUNKS}"
+                " LEFT JOIN postings t ON t.chunk = c.rowid"
+                " AND t.term IN (SELECT value FROM json_each(:terms))"
                 f" WHERE {ACL_CONDITION}",
-                params,
-            ).fetchone()
-            postings = self._db.execute(
-                "SELECT t.term, c.rowid, t.count, c.tokens FROM chunk_terms t"
-                f" JOIN chunks c ON c.rowid = t.chunk {DOCUMENT_OF_CHUNK}"
-                f" WHERE t.term IN (SELECT value FROM json_each(:terms)) AND {ACL_CONDITION}",
-                params,
+                {"terms": json.dumps(wanted), **access_params(access)},
             ).fetchall()
-            return self._scored_rows(access, bm25_top(postings, chunks, tokens, k))
+            lengths = {rowid: length for rowid, length, _, _ in rows}
+            postings = [(term, rowid, n, length) for rowid, length, term, n in rows if term]
+            scored = bm25_top(postings, len(lengths), sum(lengths.values()), k)
+            return self._scored_rows(access, scored)
 
     def _scored_rows(
         self, access: AccessFilter, scored: list[tuple[int, float]]
@@ -289,7 +295,7 @@ class SqliteStore(SqlStore):
                     [
                         r[0]
                         for r in self._db.execute(
-                            f"SELECT c.rowid FROM {CURRENT_CHUNKS} WHERE {ACL_CONDITION}",
+                            f"SELECT c.rowid FROM {READABLE_CHUNKS} WHERE {ACL_CONDITION}",
                             access_params(access),
                         )
                     ],

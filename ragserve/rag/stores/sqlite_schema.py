@@ -33,19 +33,20 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
 
 # Created after the chunks table has its `tokens` column (older stores gain it on open).
 KEYWORD_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chunk_terms (
-    term TEXT NOT NULL, chunk INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (term, chunk)
+-- Keyed by chunk first: a search reads the postings of the reader's chunks, never a term's
+-- postings across every tenant (whose length would show in the search's time).
+CREATE TABLE IF NOT EXISTS postings (
+    chunk INTEGER NOT NULL, term TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (chunk, term)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS chunk_terms_by_chunk ON chunk_terms (chunk);
 """
 
 
 def insert_postings(db: sqlite3.Connection, rowid: int, counts: dict[str, int]) -> None:
     """A chunk's keyword postings: each term's count in it."""
     db.executemany(
-        "INSERT INTO chunk_terms (term, chunk, count) VALUES (?, ?, ?)",
-        [(term, rowid, count) for term, count in counts.items()],
+        "INSERT INTO postings (chunk, term, count) VALUES (?, ?, ?)",
+        [(rowid, term, count) for term, count in counts.items()],
     )
 
 
@@ -69,7 +70,7 @@ def migrate(db: sqlite3.Connection, lock: threading.RLock) -> None:
         for statement in KEYWORD_SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
-        if db.execute("SELECT 1 FROM meta WHERE key = 'keyword_postings'").fetchone():
+        if db.execute("SELECT 1 FROM meta WHERE key = 'postings'").fetchone():
             return
         # A store from before keyword postings ranked with FTS5, whose statistics span every
         # tenant: its chunks get postings once, and the FTS5 table goes.
@@ -78,4 +79,4 @@ def migrate(db: sqlite3.Connection, lock: threading.RLock) -> None:
             insert_postings(db, rowid, counts)
             db.execute("UPDATE chunks SET tokens = ? WHERE rowid = ?", (length, rowid))
         db.execute("DROP TABLE IF EXISTS chunks_fts")
-        db.execute("INSERT INTO meta VALUES ('keyword_postings', '1')")
+        db.execute("INSERT INTO meta VALUES ('postings', '1')")
