@@ -146,3 +146,40 @@ def test_bm25_counts_only_the_postings_it_is_given():
     assert [key for key, _ in ranked] == [1, 2, 3]
     assert bm25_top([("x", 5, 1, 3), ("x", 4, 1, 3)], 2, 6, 10)[0][0] == 4
     assert query_terms("Running runners' RUN; café") == ["run", "runner", "cafe"]
+
+
+def test_a_searchs_work_does_not_depend_on_hidden_text(tmp_path):
+    """Two SQLite stores hold the same readable documents and as many hidden chunks of the
+    same lengths; in one the hidden chunks hold the query's words, in the other not. Both
+    searches execute the same number of SQLite instructions (a deterministic stand-in for their
+    time), so timing a search tells nothing about what hidden documents say."""
+    from ragserve.rag.stores.sqlite import SqliteStore
+
+    reader = AccessFilter("acme", "carol", ("staff",))
+    rng = np.random.default_rng(0)
+    vectors = [rng.standard_normal(8) for _ in range(100)]
+    steps = []
+    for hidden_word in ("zorblax", "quibbit"):
+        store = SqliteStore(tmp_path / f"{hidden_word}.sqlite", 8)
+        for i in range(20):
+            texts = [f"zorblax field notes {j}" for j in range(5)]
+            store.write_document(
+                *make_document(f"v{i}", texts, vectors[:5], "carol", "acme", Acl.of(["carol"]))
+            )
+        for i in range(20):
+            texts = [f"{hidden_word} {hidden_word} ledger {j}" for j in range(100)]
+            store.write_document(
+                *make_document(f"h{i}", texts, vectors, "dave", "acme", Acl.of(groups=["eng"]))
+            )
+        count = [0]
+
+        def step(count: list[int] = count) -> int:
+            count[0] += 1
+            return 0
+
+        store._db.set_progress_handler(step, 1)
+        assert [c.doc_id for c in store.keyword_search(reader, "zorblax notes", 3)]
+        assert store.vector_search(reader, vectors[0], 3)
+        steps.append(count[0])
+        store.close()
+    assert steps[0] == steps[1]
