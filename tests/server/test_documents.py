@@ -348,14 +348,12 @@ def test_response_cache_forgets_only_what_a_write_may_change(server, keys):
         assert answered.status_code == 200, answered.text
         return answered.json()
 
-    stored = call(
-        server,
-        "POST",
-        "/v1/documents",
-        keys["writer"],
-        json={"text": "The harbour crane is painted orange.", "acl": {"groups": ["eng"]}},
-    )
-    assert stored.status_code == 201, stored.text
+    def write(key: str, text: str, group: str) -> None:
+        body = {"text": text, "acl": {"groups": [group]}}
+        written = call(server, "POST", "/v1/documents", key, json=body)
+        assert written.status_code == 201, written.text
+
+    write(keys["writer"], "The harbour crane is painted orange.", "eng")
     api.chat.completions.create(**chat)
     first = ask()
     before = count()
@@ -363,23 +361,12 @@ def test_response_cache_forgets_only_what_a_write_may_change(server, keys):
     assert count() == before + 1
     assert replayed["answer"] == first["answer"] and replayed["timings"] != first["timings"]
     # Writes the reader cannot see: another tenant's, and a group the reader is not in.
-    for key, text, acl in [
-        (elsewhere, "The harbour crane is painted green.", {"groups": ["eng"]}),
-        (keys["writer"], "The harbour crane was red in 1990.", {"groups": ["board"]}),
-    ]:
-        written = call(server, "POST", "/v1/documents", key, json={"text": text, "acl": acl})
-        assert written.status_code == 201, written.text
+    write(elsewhere, "The harbour crane is painted green.", "eng")
+    write(keys["writer"], "The harbour crane was red in 1990.", "board")
     ask()
     api.chat.completions.create(**chat)
     assert count() == before + 3, "a write the reader cannot see drops nothing"
-    written = call(
-        server,
-        "POST",
-        "/v1/documents",
-        keys["writer"],
-        json={"text": "The harbour crane's lamp is blue.", "acl": {"groups": ["eng"]}},
-    )
-    assert written.status_code == 201, written.text
+    write(keys["writer"], "The harbour crane's lamp is blue.", "eng")
     api.chat.completions.create(**chat)
     assert count() == before + 4, "a chat completion reads no document"
     ask()
