@@ -1,5 +1,5 @@
-"""The engine's C++ CPU kernels (csrc/), built once per machine and torch version on first use
-under the cache directory, and the PyTorch paths used where no compiler is available.
+"""The engine's C++ CPU kernels (csrc/), built on first use once per machine, torch version and
+source under the cache directory, and the PyTorch paths used where no compiler is available.
 
 Each kernel and its PyTorch path are checked against plain references in
 tests/engine/test_kernels.py and tests/engine/test_attention.py.
@@ -7,6 +7,7 @@ tests/engine/test_kernels.py and tests/engine/test_attention.py.
 
 import fcntl
 import functools
+import hashlib
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -29,13 +30,26 @@ SMALL_BATCH_ROWS = 32
 NATIVE_BF16_SMALL_BATCH_ROWS = 2
 
 
+CSRC = Path(__file__).parent / "csrc"
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+
+
+def build_directory(csrc: Path = CSRC) -> Path:
+    """Where the kernels are built: keyed by what the build is made of (torch, sources, headers,
+    flags), so two checkouts that share a cache directory each keep their own build instead of
+    rebuilding the other's."""
+    made_of = hashlib.sha256(" ".join([torch.__version__, *FLAGS]).encode())
+    for source in sorted(csrc.iterdir()):
+        made_of.update(source.name.encode() + b"\0" + source.read_bytes())
+    return cache_dir() / "torch_extensions" / f"{torch.__version__}-{made_of.hexdigest()[:16]}"
+
+
 @functools.cache
 def extension() -> ModuleType | None:
     from torch.utils.cpp_extension import load
 
-    build_dir = cache_dir() / "torch_extensions" / torch.__version__
+    build_dir = build_directory()
     build_dir.mkdir(parents=True, exist_ok=True)
-    csrc = Path(__file__).parent / "csrc"
     # torch marks a build in progress with a plain file that a killed build leaves behind, and
     # every later start would wait on it forever. An flock dies with its process: whoever holds
     # it is the only builder, so a marker found then is stale.
@@ -45,8 +59,8 @@ def extension() -> ModuleType | None:
         try:
             return load(
                 name="ragserve_kernels",
-                sources=[str(csrc / name) for name in SOURCES],
-                extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+                sources=[str(CSRC / name) for name in SOURCES],
+                extra_cflags=FLAGS,
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(build_dir),
             )

@@ -183,7 +183,7 @@ def test_a_build_killed_midway_does_not_block_later_starts(tmp_path, monkeypatch
     import torch.utils.cpp_extension
 
     monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
-    build_dir = tmp_path / "torch_extensions" / torch.__version__
+    build_dir = kernels.build_directory()
     build_dir.mkdir(parents=True)
     (build_dir / "lock").touch()
     seen = []
@@ -195,3 +195,16 @@ def test_a_build_killed_midway_does_not_block_later_starts(tmp_path, monkeypatch
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     assert kernels.extension.__wrapped__() == "built"
     assert seen == [False], "the stale marker was removed before the build"
+
+
+def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
+    """Two checkouts sharing a cache directory keep their own builds: a changed source gets a
+    directory of its own, the same sources the same one."""
+    import shutil
+
+    monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path / "home"))
+    copy = tmp_path / "csrc"
+    shutil.copytree(kernels.CSRC, copy)
+    assert kernels.build_directory(copy) == kernels.build_directory()
+    (copy / "linear.cpp").write_text((copy / "linear.cpp").read_text() + "\n// changed\n")
+    assert kernels.build_directory(copy) != kernels.build_directory()
