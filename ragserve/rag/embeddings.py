@@ -34,30 +34,32 @@ def resolve_embedding_model(name: str) -> Path:
 
 
 class Embedder:
-    """Every batch is embedded on the embedder's own thread, with a thread count fixed when it
-    is made (one by default: a server's engine owns the cores, and a query embeds 2-3x faster
-    on one thread than on two). Thread counts belong to the calling thread and change with the
-    process's history (starting an engine sets its caller's to one), and the same batch on
-    another count can round differently in its last bits: a reader's similarities, hence
-    answerability and refusals, must not move with which thread asked or what ran before."""
+    """Every batch is embedded on a thread of the embedder's own, at a thread count fixed when
+    it is made. Thread counts belong to the calling thread and change with the process's
+    history (starting an engine sets its caller's to one), and the same batch on another count
+    can round differently in its last bits: a reader's similarities, hence answerability and
+    refusals, must not move with which thread asked or what ran before. Queries and evidence
+    sentences (embed) go through one thread (a server's engine owns the cores, and a query
+    embeds 2-3x faster on one thread than on two); documents being ingested (embed_passages),
+    stored once and read as stored, through another with `ingest_threads` (all cores by
+    default)."""
 
     def __init__(
-        self, model: str = DEFAULT_EMBEDDING_MODEL, batch_size: int = 64, threads: int = 1
+        self,
+        model: str = DEFAULT_EMBEDDING_MODEL,
+        batch_size: int = 64,
+        threads: int = 1,
+        ingest_threads: int | None = None,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import torch
         from sentence_transformers import SentenceTransformer
 
         self.name = model
         self.path = resolve_embedding_model(model)
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(self.path), device="cpu")
-        self._worker = ThreadPoolExecutor(
-            1,
-            thread_name_prefix="embedder",
-            initializer=torch.set_num_threads,
-            initargs=(threads,),
-        )
+        self._queries = _worker("embedder", threads)
+        self._passages = _worker("embedder-ingest", ingest_threads or os.cpu_count() or 1)
         self.dimension = self._model.get_embedding_dimension()
         # Tokens of text the model reads, besides its two special tokens; beyond that it cuts.
         self.max_tokens = self._model.max_seq_length - 2
@@ -80,8 +82,15 @@ class Embedder:
         return sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text."""
-        vectors = self._worker.submit(
+        """Unit-length float32 vectors, one row per text: for queries and evidence."""
+        return self._encode(self._queries, texts)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        """The same for documents being ingested, on the ingestion thread."""
+        return self._encode(self._passages, texts)
+
+    def _encode(self, worker: ThreadPoolExecutor, texts: list[str]) -> np.ndarray:
+        vectors = worker.submit(
             self._model.encode,
             texts,
             batch_size=self.batch_size,
@@ -90,3 +99,12 @@ class Embedder:
             show_progress_bar=False,
         ).result()
         return np.asarray(vectors, dtype=np.float32)
+
+
+def _worker(name: str, threads: int) -> ThreadPoolExecutor:
+    """One thread that computes with `threads` threads for as long as it lives."""
+    import torch
+
+    return ThreadPoolExecutor(
+        1, thread_name_prefix=name, initializer=torch.set_num_threads, initargs=(threads,)
+    )

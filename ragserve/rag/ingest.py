@@ -162,7 +162,7 @@ class Ingestor:
                     texts.setdefault(digest, span.text)
         if not texts:
             return
-        vectors = dict(zip(texts, self.embedder.embed(list(texts.values())), strict=True))
+        vectors = dict(zip(texts, self.embedder.embed_passages(list(texts.values())), strict=True))
         for entry in prepared:
             entry.embedded = {h: vectors[h] for h in entry.hashes if h not in entry.known}
 
