@@ -44,8 +44,7 @@ def test_the_check_finds_a_damaged_document(tmp_path):
     damaged, gone = reported[0]["doc_id"], reported[1]["doc_id"]
     with sqlite3.connect(tmp_path / "data" / "index.sqlite") as db:
         db.execute(
-            "DELETE FROM postings"
-            " WHERE chunk = (SELECT MIN(rowid) FROM chunks WHERE doc_id = ?)",
+            "DELETE FROM postings WHERE chunk = (SELECT MIN(rowid) FROM chunks WHERE doc_id = ?)",
             (damaged,),
         )
         db.execute("DELETE FROM documents WHERE doc_id = ?", (gone,))
