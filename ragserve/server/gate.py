@@ -52,8 +52,8 @@ class BodyCaps:
     def upload(cls, max_upload_bytes: int) -> "BodyCaps":
         """POST /v1/documents, a file or JSON text alike: an upload over the cap is refused
         before it is read, or parsed, whole; the route holds the file or text itself to
-        max_upload_bytes. JSON that escapes each non-ASCII character (\\uXXXX, 6 bytes for 2
-        or 3 of UTF-8) spends the cap faster: large texts go as UTF-8 JSON or as a file."""
+        max_upload_bytes. JSON that escapes each non-ASCII character (a six-byte \\u escape for
+        2 or 3 bytes of UTF-8) spends the cap faster: large texts go as UTF-8 JSON or as a file."""
         cap = max_upload_bytes + UPLOAD_OVERHEAD
         return cls(cap, cap, "max_upload_bytes plus 64 KiB for the form", "file_too_large")
 
