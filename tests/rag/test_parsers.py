@@ -97,3 +97,189 @@ def test_bad_files_get_a_clear_error(data, name, message):
     with pytest.raises(ParseError, match=message) as caught:
         parse_bytes(data, name)
     assert name in str(caught.value)
+
+
+# Tables: one line per row, each cell named by its column's header.
+TABLE = [
+    ("Month", "Tickets", "CSAT"),
+    ("July", "1,310", "4.4"),
+    ("August", "1,204", "4.6"),
+    ("September", "1,150", "4.7"),
+]
+ROW_LINES = [
+    "Month: July | Tickets: 1,310 | CSAT: 4.4",
+    "Month: August | Tickets: 1,204 | CSAT: 4.6",
+    "Month: September | Tickets: 1,150 | CSAT: 4.7",
+]
+INTRO = "Ticket volume fell over the quarter while satisfaction held steady."
+AFTER = "The figures after the table are provisional until audited."
+
+TABLE_MARKDOWN = f"""# Support report
+
+{INTRO}
+
+## Monthly figures
+
+| Month | Tickets | CSAT |
+|-------|--------:|------|
+| July | 1,310 | 4.4 |
+| August | 1,204 | 4.6 |
+| September | 1,150 | 4.7 |
+
+{AFTER}
+"""
+
+TABLE_HTML = f"""<html><head><title>Support Report</title></head><body>
+<nav><a href="/">Home</a> | <a href="/login">Login</a></nav>
+<article><h1>Support report</h1>
+<p>{INTRO}</p>
+<h2>Monthly figures</h2>
+<table><thead><tr><th>Month</th><th>Tickets</th><th>CSAT</th></tr></thead><tbody>
+<tr><td>July</td><td>1,310</td><td>4.4</td></tr>
+<tr><td>August</td><td>1,204</td><td>4.6</td></tr>
+<tr><td>September</td><td>1,150</td><td>4.7</td></tr>
+</tbody></table>
+<p>{AFTER}</p>
+</article>
+<footer>Copyright 2026 Orchard Inc. All rights reserved.</footer>
+</body></html>"""
+
+
+def make_table_docx(rows=TABLE) -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Support report", level=1)
+    document.add_paragraph(INTRO)
+    document.add_heading("Monthly figures", level=2)
+    table = document.add_table(rows=len(rows), cols=len(rows[0]))
+    for cells, row in zip(rows, table.rows, strict=True):
+        for text, cell in zip(cells, row.cells, strict=True):
+            cell.text = text
+    document.add_paragraph(AFTER)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def make_table_pdf(rows=TABLE, ruled: bool = True) -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.multi_cell(0, 8, "Support report", new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(0, 8, INTRO, new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(0, 8, "Monthly figures", new_x="LMARGIN", new_y="NEXT")
+    if ruled:
+        with pdf.table() as table:
+            for cells in rows:
+                row = table.row()
+                for text in cells:
+                    row.cell(text)
+    else:
+        for cells in rows:
+            for text in cells:
+                pdf.cell(50, 8, text)
+            pdf.ln()
+    pdf.multi_cell(0, 8, AFTER, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
+def assert_rows(parsed, expected=ROW_LINES):
+    from ragserve.rag.text import sentence_spans
+
+    table_lines = [line for line in parsed.text.splitlines() if " | " in line]
+    assert table_lines == expected
+    assert INTRO in parsed.text and AFTER in parsed.text
+    assert "Monthly figures" in parsed.text
+    blocks = [parsed.text[b.start : b.end] for b in parsed.blocks]
+    sentences = [s for s, _, _ in sentence_spans(parsed.text)]
+    for line in expected:
+        assert line in blocks and line in sentences
+    for sentence, start, end in sentence_spans(parsed.text):
+        assert parsed.text[start:end] == sentence
+
+
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        (TABLE_MARKDOWN.encode(), "report.md"),
+        (TABLE_HTML.encode(), "report.html"),
+        (make_table_docx(), "report.docx"),
+        (make_table_pdf(), "report.pdf"),
+    ],
+)
+def test_table_rows_keep_their_header(data, name):
+    assert_rows(parse_bytes(data, name))
+
+
+def test_markdown_table_moves_only_the_text_after_it():
+    parsed = parse_bytes(TABLE_MARKDOWN.encode(), "report.md")
+    table_at = TABLE_MARKDOWN.index("| Month")
+    assert parsed.text[:table_at] == TABLE_MARKDOWN[:table_at]
+    assert parsed.text.endswith(TABLE_MARKDOWN[TABLE_MARKDOWN.index(AFTER) :])
+    assert parsed.text[table_at:].startswith(ROW_LINES[0] + "\n" + ROW_LINES[1])
+    blocks = [parsed.text[b.start : b.end] for b in parsed.blocks]
+    assert blocks == [
+        "# Support report",
+        INTRO,
+        "## Monthly figures",
+        *ROW_LINES,
+        AFTER,
+    ]
+    assert [b.heading for b in parsed.blocks][:3] == [True, False, True]
+    # A span before the table is the file's own characters.
+    intro_at = parsed.text.index(INTRO)
+    assert TABLE_MARKDOWN[intro_at : intro_at + len(INTRO)] == INTRO
+
+
+def test_markdown_table_with_empty_cell_and_escaped_pipe():
+    markdown = "Intro.\n\n| Item | Size | Note |\n|---|---|---|\n| Pipe a \\| b | | ok |  \nEnd."
+    parsed = parse_bytes(markdown.encode(), "items.md")
+    assert parsed.text == "Intro.\n\nItem: Pipe a | b | Note: ok\nItem: End."
+
+
+def test_html_table_without_header_and_with_multi_line_cells():
+    html = f"""<html><body><article><h1>Stock</h1><p>{INTRO}</p>
+<table><tr><td>Apples</td><td>40</td><td>crates</td></tr>
+<tr><td>Pears</td><td></td><td>two<br>boxes</td></tr></table>
+<p>{AFTER}</p></article></body></html>"""
+    parsed = parse_bytes(html.encode(), "stock.html")
+    rows = [line for line in parsed.text.splitlines() if " | " in line]
+    assert rows == ["Apples | 40 | crates", "Pears | two boxes"]
+    assert INTRO in parsed.text and AFTER in parsed.text
+
+
+def test_docx_empty_and_multi_line_cells():
+    rows = [("Item", "Size", "Note"), ("Apples", "", "two\nlines"), ("Pears", "3", "")]
+    parsed = parse_bytes(make_table_docx(rows), "stock.docx")
+    assert parsed.text.splitlines()[-4:-2] == [
+        "Item: Apples | Note: two lines",
+        "Item: Pears | Size: 3",
+    ]
+    assert [parsed.text[b.start : b.end] for b in parsed.blocks if b.heading] == [
+        "Support report",
+        "Monthly figures",
+    ]
+
+
+def test_pdf_multi_line_and_empty_cells():
+    rows = [
+        ("Month", "Tickets", "Notes"),
+        ("July", "1,310", "Steady"),
+        ("August", "", "Peak season with a long backlog carried over from July into the autumn"),
+    ]
+    parsed = parse_bytes(make_table_pdf(rows), "notes.pdf")
+    assert [line for line in parsed.text.splitlines() if " | " in line] == [
+        "Month: July | Tickets: 1,310 | Notes: Steady",
+        "Month: August | Notes: Peak season with a long backlog carried over from July into the "
+        "autumn",
+    ]
+    assert INTRO in parsed.text and AFTER in parsed.text
+
+
+def test_pdf_table_without_lines_keeps_its_text():
+    parsed = parse_bytes(make_table_pdf(ruled=False), "plain.pdf")
+    assert "August 1,204 4.6" in parsed.text.splitlines()
+    assert INTRO in parsed.text and AFTER in parsed.text
