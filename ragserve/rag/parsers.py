@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import docx.table
+    import pypdf
 
 SUPPORTED_SUFFIXES = {
     ".txt": "text",
@@ -75,6 +76,8 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 PIPE_ROW = re.compile(r"^\|.*\|$")
 PIPE_SEPARATOR = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+$")
 PIPE_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+# The PDF path operators for a rectangle (re) and a line segment (l).
+DRAWS_LINES = re.compile(rb"(?<![^\s\d.])(?:re|l)(?![^\s\[/(<])")
 
 
 class ParseError(ValueError):
@@ -340,18 +343,31 @@ def parse_html(data: bytes, name: str) -> ParsedDocument:
     return parsed
 
 
-def _pdf_tables(data: bytes, pages: list[str]) -> list[list[_Table]]:
+def _draws_lines(page: "pypdf.PageObject") -> bool:
+    """Whether the page's content draws a rectangle or a line segment (a ruled table's cells):
+    pdfplumber reads a page a few ten times slower than pypdf, so only such pages are read."""
+    try:
+        contents = page.get_contents()
+        return contents is not None and DRAWS_LINES.search(contents.get_data()) is not None
+    # A page whose content cannot be read again keeps pypdf's text, whatever the reason.
+    except Exception:
+        return False
+
+
+def _pdf_tables(data: bytes, pages: list[str], ruled: list[bool]) -> list[list[_Table]]:
     """Each page's ruled tables (pdfplumber finds them by their lines), placed on the lines of
     pypdf's text of the page that hold exactly the table's characters; a table whose lines
     cannot be told apart there (text beside it) is left as pypdf wrote it. A file pdfplumber
     cannot read keeps pypdf's text: tables are a refinement, the text is already there."""
     found: list[list[_Table]] = [[] for _ in pages]
+    if not any(ruled):
+        return found
     try:
         import pdfplumber
 
         with pdfplumber.open(io.BytesIO(data)) as pdf:
             for number, page in enumerate(pdf.pages[: len(pages)]):
-                if not page.rects and not page.lines:
+                if not ruled[number] or (not page.rects and not page.lines):
                     continue
                 extracted = [table.extract() for table in page.find_tables()]
                 found[number] = _placed_tables(pages[number], extracted)
@@ -399,11 +415,12 @@ def parse_pdf(data: bytes, name: str) -> ParsedDocument:
         reader = PdfReader(io.BytesIO(data))
         pages = [page.extract_text() or "" for page in reader.pages]
         title = (reader.metadata.title if reader.metadata else None) or ""
+        ruled = [_draws_lines(page) for page in reader.pages]
     # A corrupt file can fail anywhere inside pypdf; any failure is this file's error.
     except Exception as error:
         raise ParseError(f"{name}: not a readable PDF ({error})") from error
     tables, kept, offset = [], [], 0
-    for page, page_tables in zip(pages, _pdf_tables(data, pages), strict=True):
+    for page, page_tables in zip(pages, _pdf_tables(data, pages, ruled), strict=True):
         if not page.strip():
             continue
         # Table lines hold text, so they lie within the stripped page; move them with it.
