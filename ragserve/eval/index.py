@@ -20,8 +20,8 @@ logger = logging.getLogger(__name__)
 
 TENANT = "eval"
 OWNER = "eval"
-# Bump when what an index holds for the same inputs changes (chunker, schema).
-INDEX_FORMAT = 1
+# Bump when what an index holds for the same inputs changes (chunker, parsers, schema).
+INDEX_FORMAT = 2
 
 
 @dataclass(frozen=True)
