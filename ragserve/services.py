@@ -2,34 +2,70 @@
 
 The server, the CLI, evaluation and benchmarks all build their engine, index and RAG path here,
 so a new component or setting is wired once.
+
+Models load when first needed: the index opens without its embedding model (listing, showing
+or deleting documents never loads it), and ModelOnDemand gives prompt building the language
+model's tokenizer and context length from its files, building the engine (weights, KV pool)
+only when something generates.
 """
 
-from collections.abc import Iterator
+import asyncio
+import functools
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ragserve.engine.async_engine import AsyncEngine
-from ragserve.engine.client import TokenizedModel
-from ragserve.engine.engine import LLMEngine
 from ragserve.rag.answer import AnswerService
 from ragserve.rag.answerability import Answerability
-from ragserve.rag.embeddings import Embedder
+from ragserve.rag.embeddings import Embedder, resolve_embedding_model
 from ragserve.rag.evidence import EvidenceSelector
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.prompt import PromptBuilder
-from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker, Reranker
+from ragserve.rag.rerank import CrossEncoderReranker, Generate, LLMReranker, Reranker
 from ragserve.rag.retrieval import Retriever
 from ragserve.rag.store import Store, open_store
 from ragserve.settings import Settings
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def build_engine(settings: Settings) -> LLMEngine:
-    return LLMEngine(settings.engine_config())
+    from ragserve.engine.async_engine import AsyncEngine
+    from ragserve.engine.cache_salt import Narrowing
+    from ragserve.engine.client import TokenizedModel
+    from ragserve.engine.engine import LLMEngine
+    from ragserve.engine.outputs import RequestOutput
+    from ragserve.engine.sampling_params import SamplingParams
+
+# Told, one line each, when something slow starts (loading a model, a first-run build).
+Notify = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def build_engine(settings: Settings, notify: Notify = _quiet) -> "LLMEngine":
+    from ragserve.engine import kernels
+    from ragserve.engine.engine import LLMEngine
+
+    notify(f"loading the model {settings.model}...")
+    if not (kernels.build_directory() / "ragserve_kernels.so").is_file():
+        notify("building the C++ kernels (once on this machine, about a minute)...")
+    with _loader_notices(notify):
+        return LLMEngine(settings.engine_config())
 
 
 @contextmanager
-def running_engine(settings: Settings, engine: LLMEngine | None = None) -> Iterator[AsyncEngine]:
+def running_engine(
+    settings: Settings, engine: "LLMEngine | None" = None
+) -> Iterator["AsyncEngine"]:
     """The configured model in its engine, stepping in a background thread until exit."""
+    from ragserve.engine.async_engine import AsyncEngine
+
     runner = AsyncEngine(engine or build_engine(settings))
     runner.start()
     try:
@@ -38,35 +74,195 @@ def running_engine(settings: Settings, engine: LLMEngine | None = None) -> Itera
         runner.shutdown()
 
 
-@dataclass
-class DocumentIndex:
-    """The documents without a model: what ingestion, listing and deletion need."""
+class ModelOnDemand:
+    """The configured model as prompt building sees it (TokenizedModel): its tokenizer and
+    context length, read from the model's files. The engine, with its weights and KV pool, is
+    built on the first call of a generator's function, once; an answer quoted from the evidence
+    never builds it. shutdown() stops it if it was built."""
 
-    embedder: Embedder
-    store: Store
-    ingestor: Ingestor
+    def __init__(self, settings: Settings, notify: Notify = _quiet) -> None:
+        self.settings = settings
+        self.config = settings.engine_config()
+        self.notify = notify
+        self.runner: AsyncEngine | None = None
+        self._starting = threading.Lock()
+
+    @functools.cached_property
+    def model_path(self) -> Path:
+        from ragserve.engine.loader import resolve_model
+
+        with _loader_notices(self.notify):
+            return resolve_model(self.config.model)
+
+    @functools.cached_property
+    def tokenizer(self) -> "PreTrainedTokenizerBase":
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.model_path)
+
+    @functools.cached_property
+    def max_model_len(self) -> int:
+        from transformers import AutoConfig
+
+        from ragserve.engine.config import size_kv_cache
+        from ragserve.engine.model import ModelSpec
+
+        spec = ModelSpec.from_config(AutoConfig.from_pretrained(self.model_path))
+        return size_kv_cache(self.config, spec).max_model_len
+
+    def start(self) -> "AsyncEngine":
+        """The running engine, built and started on the first call."""
+        from ragserve.engine.async_engine import AsyncEngine
+
+        with self._starting:
+            if self.runner is None:
+                runner = AsyncEngine(build_engine(self.settings, self.notify))
+                runner.start()
+                self.runner = runner
+            return self.runner
+
+    def generator(self, user: str, tenant: str, prefix: str) -> Generate:
+        """As AsyncEngine.generator, starting the engine on the first call."""
+        started: Generate | None = None
+
+        async def generate(
+            token_ids: list[int], params: "SamplingParams", narrowing: "Narrowing" = ()
+        ) -> AsyncIterator["RequestOutput"]:
+            nonlocal started
+            if started is None:
+                runner = await asyncio.to_thread(self.start)
+                started = started or runner.generator(user, tenant, prefix)
+            async for output in started(token_ids, params, narrowing):
+                yield output
+
+        return generate
+
+    def shutdown(self) -> None:
+        if self.runner is not None:
+            self.runner.shutdown()
+
+
+@contextmanager
+def _loader_notices(notify: Notify) -> Iterator[None]:
+    """The model loader's one-time work (importing a GGUF file on first use) told to notify."""
+    if notify is _quiet:
+        yield
+        return
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notify(record.getMessage())
+
+    logger = logging.getLogger("ragserve.engine.loader")
+    handler, level = Handler(logging.INFO), logger.level
+    logger.addHandler(handler)
+    if not logger.isEnabledFor(logging.INFO):
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def embedding_dimension(name: str) -> int | None:
+    """The dimension of a sentence-transformers model's embeddings, read from its folder's
+    configuration files without loading it; None when they do not say it plainly (a module
+    other than Transformer, Pooling, Dense and Normalize, or a truncated output)."""
+    folder = resolve_embedding_model(name)
+
+    def config(path: str, file: str = "config.json") -> dict:
+        return json.loads((folder / path / file).read_text())
+
+    try:
+        if config("", "config_sentence_transformers.json").get("truncate_dim") is not None:
+            return None
+    except FileNotFoundError:
+        pass
+    try:
+        modules = config("", "modules.json")
+        dimension = None
+        for module in modules:
+            kind = module["type"].rsplit(".", 1)[-1]
+            if kind == "Transformer":
+                dimension = config(module["path"])["hidden_size"]
+            elif kind == "Pooling":
+                pooling = config(module["path"])
+                dimension = pooling.get("embedding_dimension") or pooling.get(
+                    "word_embedding_dimension"
+                )
+                modes = pooling.get("pooling_mode") or [
+                    key for key, on in pooling.items() if key.startswith("pooling_mode_") and on
+                ]
+                dimension *= 1 if isinstance(modes, str) else max(len(modes), 1)
+            elif kind == "Dense":
+                dimension = config(module["path"])["out_features"]
+            elif kind != "Normalize":
+                return None
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return dimension if isinstance(dimension, int) else None
+
+
+class DocumentIndex:
+    """The documents without a model: what ingestion, listing and deletion need. The store
+    opens at the embedding model's dimension, read from its files; the model itself is loaded
+    the first time something embeds (ingesting, searching)."""
+
+    def __init__(self, settings: Settings, store: Store, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        if embedder is not None:
+            self.__dict__["embedder"] = embedder
 
     @classmethod
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> "DocumentIndex":
-        embedder = embedder or Embedder(settings.embedding_model)
-        store = open_store(settings.store_url, embedder.dimension)
-        ingestor = Ingestor(store, embedder, settings.chunk_size, settings.chunk_overlap)
-        return cls(embedder, store, ingestor)
+        dimension = embedding_dimension(settings.embedding_model) if embedder is None else None
+        if embedder is None and dimension is None:
+            embedder = Embedder(settings.embedding_model)
+        store = open_store(settings.store_url, dimension or embedder.dimension)
+        return cls(settings, store, embedder)
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        embedder = Embedder(self.settings.embedding_model)
+        stored = getattr(self.store, "dimension", embedder.dimension)
+        if embedder.dimension != stored:
+            raise ValueError(
+                f"{self.settings.embedding_model} embeds in {embedder.dimension} dimensions, "
+                f"not the {stored} its configuration files say"
+            )
+        return embedder
+
+    @functools.cached_property
+    def ingestor(self) -> Ingestor:
+        settings = self.settings
+        return Ingestor(self.store, self.embedder, settings.chunk_size, settings.chunk_overlap)
 
 
-@dataclass
 class RagServices:
     """The RAG path's parts over the index: retrieval and cited answers."""
 
-    embedder: Embedder
-    store: Store
-    ingestor: Ingestor
-    retriever: Retriever
-    answers: AnswerService
+    def __init__(self, index: DocumentIndex, retriever: Retriever, answers: AnswerService) -> None:
+        self.index = index
+        self.retriever = retriever
+        self.answers = answers
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.index.embedder
+
+    @property
+    def store(self) -> Store:
+        return self.index.store
+
+    @property
+    def ingestor(self) -> Ingestor:
+        return self.index.ingestor
 
     @classmethod
     def build(
-        cls, settings: Settings, engine: TokenizedModel, embedder: Embedder | None = None
+        cls, settings: Settings, engine: "TokenizedModel", embedder: Embedder | None = None
     ) -> "RagServices":
         index = DocumentIndex.open(settings, embedder)
         retriever = Retriever(index.store, index.embedder, settings.retrieval_settings())
@@ -85,10 +281,10 @@ class RagServices:
             settings.answer_settings(),
             make_reranker(settings.reranker, engine),
         )
-        return cls(index.embedder, index.store, index.ingestor, retriever, answers)
+        return cls(index, retriever, answers)
 
 
-def make_reranker(name: str | None, engine: TokenizedModel) -> Reranker | None:
+def make_reranker(name: str | None, engine: "TokenizedModel") -> Reranker | None:
     """None, "llm" (the served model judges each chunk) or a CrossEncoder folder."""
     if not name:
         return None

@@ -158,3 +158,80 @@ def test_backup_restore_and_audit_commands(tmp_path):
     shown = json.loads(run("docs", "show", doc_id, *data, "--json").stdout)
     assert shown[0]["acl"] == {"users": {}, "groups": {"eng": "read"}}
     assert run("restore", str(tmp_path / "nothing"), *data).returncode == 2
+
+
+def counting(monkeypatch, target: str, make):
+    """Replace the class at target by make(*args), counting the constructions."""
+    made = []
+
+    def construct(*args, **kwargs):
+        made.append(make(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(target, construct)
+    return made
+
+
+def test_docs_commands_never_load_the_embedding_model(tmp_path, embedder, monkeypatch):
+    from ragserve.services import embedding_dimension
+
+    assert embedding_dimension("all-minilm-l6-v2") == embedder.dimension
+    loaded = counting(monkeypatch, "ragserve.services.Embedder", lambda name: embedder)
+    data = ["--data-dir", str(tmp_path / "data")]
+    (tmp_path / "bees.md").write_text("# Bees\n\nBees make honey from nectar.\n")
+    assert run("ingest", str(tmp_path / "bees.md"), *data).returncode == 0
+    assert len(loaded) == 1, "ingesting embeds"
+    loaded.clear()
+    listed = run("docs", "list", *data, "--json")
+    assert listed.returncode == 0, listed.stderr
+    doc_id = json.loads(listed.stdout)[0]["id"]
+    assert run("docs", "list", *data).returncode == 0
+    assert run("docs", "show", doc_id, *data, "--json").returncode == 0
+    assert run("docs", "acl", doc_id, "--group", "eng", *data, "--json").returncode == 0
+    assert run("docs", "delete", doc_id, *data, "--json").returncode == 0
+    assert loaded == []
+
+
+def ask_setup(tmp_path, embedder, monkeypatch) -> list[str]:
+    monkeypatch.setattr("ragserve.services.Embedder", lambda name: embedder)
+    data = ["--data-dir", str(tmp_path / "data")]
+    memo = tmp_path / "memo.txt"
+    memo.write_text("The Bluebird deal closes on 30 September for 120 million euros.")
+    assert run("ingest", str(memo), "--group", "board", *data).returncode == 0
+    return ["When does the Bluebird deal close?", "--user", "bob", "--group", "board", *data]
+
+
+def test_a_quoted_answer_never_builds_the_engine(tmp_path, embedder, monkeypatch):
+    asked = ask_setup(tmp_path, embedder, monkeypatch)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a quoted answer built the engine")
+
+    built = counting(monkeypatch, "ragserve.engine.engine.LLMEngine", refuse)
+    result = run("ask", *asked, "--style", "quote", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert not record["refused"] and "30 September" in record["answer"]
+    assert record["citations"] and record["citations"][0]["quote"] in record["answer"]
+    assert built == []
+    assert "loading the model" not in result.stderr
+
+
+def test_a_generated_answer_builds_the_engine_once(tmp_path, embedder, monkeypatch):
+    from ragserve.engine.engine import LLMEngine
+    from ragserve.services import ModelOnDemand
+    from ragserve.settings import Settings
+
+    asked = ask_setup(tmp_path, embedder, monkeypatch)
+    # A small KV pool (4096 tokens of the default model in float32) keeps the test light.
+    monkeypatch.setenv("RAGSERVE_KV_CACHE_MEMORY_BYTES", str(4096 * 46080))
+    monkeypatch.setenv("RAGSERVE_DTYPE", "float32")
+    built = counting(monkeypatch, "ragserve.engine.engine.LLMEngine", LLMEngine)
+    result = run("ask", *asked, "--style", "generate", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert not record["refused"] and record["citations"]
+    assert len(built) == 1
+    assert "loading the model smollm2-135m-instruct..." in result.stderr
+    # Prompt building's context length, read without the engine, is the engine's own.
+    assert ModelOnDemand(Settings.load()).max_model_len == built[0].max_model_len == 4096

@@ -139,9 +139,9 @@ def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
 
 
 def _print_documents(documents: list, access: "AccessFilter", as_json: bool) -> None:
-    from ragserve.server.documents import document_json
-
     if as_json:
+        from ragserve.server.documents import document_json
+
         print(json.dumps([document_json(d, access) for d in documents]))
         return
     table = Table("id", "title", "source", "owner", "users", "groups", "chunks", "version")

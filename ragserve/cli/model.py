@@ -1,9 +1,11 @@
 """Commands that run the model: generate, serve, ask and demo."""
 
 import json
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import Progress
 
 from ragserve.access import Principal, Role
@@ -20,6 +22,14 @@ from ragserve.server.auth import KeyStore
 if TYPE_CHECKING:
     from ragserve.rag.answer import AnswerResult, Generate
     from ragserve.settings import Settings
+
+err_console = Console(stderr=True)
+
+
+class AnswerStyle(StrEnum):
+    QUOTE = "quote"
+    GENERATE = "generate"
+    AUTO = "auto"
 
 
 @app.command()
@@ -143,6 +153,12 @@ def serve_on_ray(settings: "Settings") -> None:
             console.print("stopping")
 
 
+STYLE_HELP = (
+    "quote: the best evidence quoted, without the model; generate: the model answers from the "
+    "evidence (checked); auto: as the answer service decides (default: the answer_style setting)."
+)
+
+
 @app.command()
 def ask(
     question: str,
@@ -151,19 +167,31 @@ def ask(
     group: Annotated[list[str] | None, typer.Option(help="The user's groups; repeatable.")] = None,
     tenant: TenantOption = "default",
     top_k: int | None = None,
+    style: Annotated[AnswerStyle | None, typer.Option(help=STYLE_HELP)] = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Answer a question from the documents the principal may read (local, no server)."""
+    """Answer a question from the documents the principal may read (local, no server). The
+    model is loaded only when the answer needs it: a quoted answer never loads it."""
     import asyncio
+    from inspect import signature
 
     from ragserve.access import access_for
-    from ragserve.server.answers import answer_json
-    from ragserve.services import RagServices, build_engine, running_engine
+    from ragserve.rag.answer import AnswerService
+    from ragserve.services import ModelOnDemand, RagServices
     from ragserve.settings import Settings
 
-    settings = Settings.load(config, data_dir=data_dir)
+    # The style goes to the service where it takes one, else into its settings.
+    passed = style is not None and "style" in signature(AnswerService.answer).parameters
+    options = {"style": style.value} if passed else {}
+    try:
+        settings = Settings.load(
+            config, data_dir=data_dir, answer_style=None if passed or style is None else style.value
+        )
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
     if key is not None:
         principal = KeyStore(settings.data_dir / "keys.sqlite").authenticate(key)
         if principal is None:
@@ -174,27 +202,35 @@ def ask(
     else:
         console.print("[red]error:[/red] give --key KEY or --user USER")
         raise typer.Exit(2)
-    engine = build_engine(settings)
-    rag = RagServices.build(settings, engine)
+    model = ModelOnDemand(settings, notify=notice)
+    rag = RagServices.build(settings, model)
 
     async def answer(generate: "Generate") -> "AnswerResult | None":
         result = None
-        async for event in rag.answers.answer(access_for(principal), question, generate, top_k):
+        answers = rag.answers.answer(access_for(principal), question, generate, top_k, **options)
+        async for event in answers:
             result = event.result or result
         return result
 
     try:
-        with running_engine(settings, engine) as runner:
-            result = asyncio.run(answer(runner.generator(principal.user, principal.tenant, "ask")))
+        result = asyncio.run(answer(model.generator(principal.user, principal.tenant, "ask")))
     finally:
+        model.shutdown()
         rag.store.close()
     if as_json:
+        from ragserve.server.answers import answer_json
+
         print(json.dumps(answer_json(result)))
         return
     kind = {"generated": "answer", "extractive": "quoted from the source", "refused": "refused"}
     console.print(f"[dim]({kind[result.mode]})[/dim] {result.answer}")
     for citation in result.citations:
         console.print(f"[{citation.n}] {citation.title} ({citation.doc_id}): “{citation.quote}”")
+
+
+def notice(message: str) -> None:
+    """One line on stderr when something slow starts, so a first run is not silent."""
+    err_console.print(f"[dim]{message}[/dim]")
 
 
 DEMO_RESTRICTED = {

@@ -4,6 +4,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # CPU flags of native bfloat16 arithmetic. Without them torch emulates bfloat16 matmuls, and on
@@ -93,3 +94,42 @@ class EngineConfig:
     @property
     def threads(self) -> int:
         return self.num_threads or os.cpu_count() or 1
+
+
+# Bytes of one element of the KV cache in each dtype an engine runs in.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class KVSizing:
+    """The KV pool a config gives a model, and the context length that follows from it."""
+
+    num_blocks: int
+    bytes_per_token: int
+    max_model_len: int
+
+
+class ModelShape(Protocol):
+    """What sizing needs of a model (ModelSpec has it)."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+
+
+def size_kv_cache(config: EngineConfig, model: ModelShape) -> KVSizing:
+    """As many whole blocks as kv_cache_memory_bytes holds (a ValueError if not even one), and
+    the context length: config.max_model_len or the model's own, capped by what the pool holds.
+    A pure function of the config and the model's shape, so prompt building knows the context
+    length without building the engine, and the engine sizes itself with it."""
+    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim
+    per_token *= DTYPE_BYTES[config.dtype]
+    num_blocks = config.kv_cache_memory_bytes // (per_token * config.block_size)
+    if num_blocks < 1:
+        raise ValueError(
+            f"kv_cache_memory_bytes={config.kv_cache_memory_bytes} holds no block of "
+            f"{config.block_size} tokens ({per_token} bytes per token)"
+        )
+    context = config.max_model_len or model.max_position_embeddings
+    return KVSizing(num_blocks, per_token, min(context, num_blocks * config.block_size))

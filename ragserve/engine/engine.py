@@ -7,6 +7,7 @@ through a locked inbox, so the scheduler and KV cache are only ever touched by s
 import functools
 import itertools
 import json
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ from transformers import AutoConfig, AutoTokenizer
 from ragserve.engine import kernels
 from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
-from ragserve.engine.config import EngineConfig
+from ragserve.engine.config import EngineConfig, size_kv_cache
 from ragserve.engine.detokenizer import IncrementalDetokenizer
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, check_token_ids
 from ragserve.engine.kv_cache import DTYPES, KVCache
@@ -33,6 +34,8 @@ from ragserve.engine.scheduler import Scheduler
 from ragserve.engine.sequence import Sequence, SequenceStatus
 from ragserve.engine.stats import EngineStats, StepTimes
 from ragserve.engine.structured import Grammars
+
+logger = logging.getLogger(__name__)
 
 
 class LLMEngine:
@@ -54,18 +57,21 @@ class LLMEngine:
         dtype = DTYPES[config.dtype]
         hf_config = AutoConfig.from_pretrained(self.model_path)
         spec = ModelSpec.from_config(hf_config)
-        self.kv_cache = KVCache.within_budget(
-            spec.num_layers,
-            spec.num_kv_heads,
-            spec.head_dim,
-            dtype,
-            config.kv_cache_memory_bytes,
+        sizing = size_kv_cache(config, spec)
+        num_blocks = sizing.num_blocks
+        self.kv_cache = KVCache(
+            spec.num_layers, spec.num_kv_heads, spec.head_dim, num_blocks, config.block_size, dtype
+        )
+        logger.info(
+            "KV cache: %d blocks of %d tokens = %d tokens, %.1f MiB (%d bytes/token, %s)",
+            num_blocks,
             config.block_size,
+            self.kv_cache.num_tokens,
+            self.kv_cache.nbytes / 2**20,
+            sizing.bytes_per_token,
+            dtype,
         )
-        num_blocks = self.kv_cache.num_blocks
-        self.max_model_len = min(
-            config.max_model_len or spec.max_position_embeddings, self.kv_cache.num_tokens
-        )
+        self.max_model_len = sizing.max_model_len
         self.model = LlamaModel.from_weights(
             read_weights(self.model_path), hf_config, dtype, self.max_model_len
         )
