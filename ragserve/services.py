@@ -55,7 +55,7 @@ def build_engine(settings: Settings, notify: Notify = _quiet) -> "LLMEngine":
     notify(f"loading the model {settings.model}...")
     if not (kernels.build_directory() / "ragserve_kernels.so").is_file():
         notify("building the C++ kernels (once on this machine, about a minute)...")
-    with _loader_notices(notify):
+    with _loader_notices(notify, settings.model):
         return LLMEngine(settings.engine_config())
 
 
@@ -91,7 +91,7 @@ class ModelOnDemand:
     def model_path(self) -> Path:
         from ragserve.engine.loader import resolve_model
 
-        with _loader_notices(self.notify):
+        with _loader_notices(self.notify, self.config.model):
             return resolve_model(self.config.model)
 
     @functools.cached_property
@@ -143,26 +143,29 @@ class ModelOnDemand:
 
 
 @contextmanager
-def _loader_notices(notify: Notify) -> Iterator[None]:
-    """The model loader's one-time work (importing a GGUF file on first use) told to notify."""
-    if notify is _quiet:
+def _loader_notices(notify: Notify, model: str) -> Iterator[None]:
+    """One line to notify when the model loader does its one-time work (importing a GGUF
+    file on first use), which it logs at INFO; nothing extra where that log is shown anyway."""
+    logger = logging.getLogger("ragserve.engine.loader")
+    if notify is _quiet or logger.isEnabledFor(logging.INFO):
         yield
         return
 
     class Handler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            notify(record.getMessage())
+            if record.msg.startswith("importing"):
+                notify(f"importing the model {model} (once, on first use)...")
 
-    logger = logging.getLogger("ragserve.engine.loader")
-    handler, level = Handler(logging.INFO), logger.level
+    handler, level, propagate = Handler(logging.INFO), logger.level, logger.propagate
     logger.addHandler(handler)
-    if not logger.isEnabledFor(logging.INFO):
-        logger.setLevel(logging.INFO)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def embedding_dimension(name: str) -> int | None:
