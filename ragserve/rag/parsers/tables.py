@@ -1,0 +1,83 @@
+"""Tables as row lines, the one form every format's tables take in the parsed text.
+
+A table becomes one line per row that names each cell by its column's header, so a sentence
+holds a row whole: "Month: August | Tickets: 1,204 | CSAT: 4.6" (empty cells left out, a cell's
+lines joined by spaces; a table without a header row gives "August | 1,204 | 4.6"). The header
+row is not a line of its own (unless it is all the table has); each row line is a Block. Each
+format finds its tables' cells and header row its own way; writing the rows and putting them
+in the text in place of the table is shared, so a row reads the same whatever the file was.
+"""
+
+from dataclasses import dataclass
+
+from ragserve.rag.parsers.document import Block
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table found at [start, end) of a text, to be replaced there by its row lines."""
+
+    start: int
+    end: int
+    rows: list[str]
+
+
+def row_lines(header: list[str] | None, rows: list[list[str]]) -> list[str]:
+    """One line per row, each cell named by its column's header: "Month: August | CSAT: 4.6".
+    A cell's lines are joined by spaces and empty cells left out; a table that is only a header
+    keeps it as its one row."""
+    if header is not None and not any(cell.strip() for row in rows for cell in row):
+        header, rows = None, [header]
+    labels = [" ".join(cell.split()) for cell in header or []]
+    lines = []
+    for row in rows:
+        cells = []
+        for column, cell in enumerate(row):
+            cell = " ".join(cell.split())
+            if cell:
+                label = labels[column] if column < len(labels) else ""
+                cells.append(f"{label}: {cell}" if label else cell)
+        if cells:
+            lines.append(" | ".join(cells))
+    return lines
+
+
+def with_tables(text: str, blocks: list[Block], tables: list[Table]) -> tuple[str, list[Block]]:
+    """The text with each table replaced by its row lines, and the blocks moved to match: cut
+    around the tables (a paragraph running into one keeps its part outside it), with a block
+    for each row line."""
+    tables = sorted((t for t in tables if t.rows), key=lambda t: t.start)
+    if not tables:
+        return text, blocks
+    pieces, row_blocks, shifts, position, length = [], [], [], 0, 0
+    for table in tables:
+        pieces.append(text[position : table.start])
+        length += table.start - position
+        for number, row in enumerate(table.rows):
+            if number:
+                pieces.append("\n")
+                length += 1
+            row_blocks.append(Block(length, length + len(row)))
+            pieces.append(row)
+            length += len(row)
+        shifts.append((table.end, length - table.end))
+        position = table.end
+    pieces.append(text[position:])
+
+    def moved(offset: int) -> int:
+        return offset + next((s for end, s in reversed(shifts) if end <= offset), 0)
+
+    moved_blocks = []
+    for block in blocks:
+        cuts = [block.start]
+        for table in tables:
+            if table.start < block.end and block.start < table.end:
+                cuts += [table.start, table.end]
+        cuts.append(block.end)
+        for start, end in zip(cuts[::2], cuts[1::2], strict=True):
+            piece = text[start:end]
+            if piece.strip():
+                start += len(piece) - len(piece.lstrip())
+                end -= len(piece) - len(piece.rstrip())
+                moved_blocks.append(Block(moved(start), moved(end), block.heading))
+    return "".join(pieces), sorted(moved_blocks + row_blocks, key=lambda b: b.start)
