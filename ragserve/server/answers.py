@@ -1,19 +1,22 @@
 """Cited answers over HTTP: POST /v1/answers, and chat completions to the "<model>+rag" model.
 
-The access filter comes from the authenticated key, never from the request body.
+The access filter comes from the authenticated key, never from the request body. A follow-up
+question carries the conversation's earlier user turns (history); the answer service rewrites it
+into a standalone retrieval query and filters by the caller's access on every turn. Assistant
+turns are never used for retrieval: they quote evidence the caller may no longer read.
 """
 
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, replace
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ragserve.access import Principal, access_for
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
@@ -22,6 +25,7 @@ from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
+from ragserve.rag.citations import Citation
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
 from ragserve.server.constraints import ResponseFormat
 from ragserve.server.dependencies import principal
@@ -32,11 +36,56 @@ from ragserve.server.response_cache import cache_key
 from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
 
+MAX_QUESTION_CHARS = 4000
+MAX_MESSAGES = 64
+# The earlier user turns a follow-up is read with: the most recent ones.
+MAX_HISTORY = 8
+
+# "quote": the best evidence quoted, no model call; "generate": the model answers from the
+# evidence, checked; "auto": the service decides per question. None: the server's setting.
+AnswerStyleName = Literal["quote", "generate", "auto"]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str
+
+
+class AnswerMessage(BaseModel):
+    """One turn of a conversation, in OpenAI's chat shape."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    @field_validator("content")
+    @classmethod
+    def not_too_long(cls, content: str | list[TextPart]) -> str | list[TextPart]:
+        size = len(content) if isinstance(content, str) else sum(len(p.text) for p in content)
+        if size > MAX_QUESTION_CHARS:
+            raise ValueError(
+                f"a message holds at most {MAX_QUESTION_CHARS} characters, this one {size}"
+            )
+        return content
+
 
 class AnswerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(min_length=1, max_length=4000)
+    # Exactly one of question (one question) and messages (a conversation, the last message
+    # the user's question).
+    question: str | None = Field(None, min_length=1, max_length=MAX_QUESTION_CHARS)
+    messages: list[AnswerMessage] | None = Field(None, max_length=MAX_MESSAGES)
+    answer_style: AnswerStyleName | None = None
     top_k: int | None = Field(None, ge=1, le=20)
     stream: bool = False
     # json_object or json_schema: the answer is JSON (value), each value checked on its own.
@@ -45,6 +94,46 @@ class AnswerRequest(BaseModel):
     def schema(self) -> str | None:
         constraint = self.response_format.constraint() if self.response_format else None
         return None if constraint is None else constraint.spec
+
+    def turn(self) -> tuple[str, list[str]]:
+        """The question and the earlier user turns (oldest first), or a 400 saying what is
+        wrong with the body."""
+        if self.question is not None and self.messages is not None:
+            raise invalid(
+                "give either question or messages, not both", "invalid_request", param="messages"
+            )
+        if self.question is not None:
+            return self.question, []
+        if not self.messages:
+            raise invalid(
+                "give question (a string) or messages (a conversation whose last message is "
+                "the user's question)",
+                "invalid_request",
+                param="question" if self.messages is None else "messages",
+            )
+        return question_of(self.messages)
+
+
+def question_of(messages: list[AnswerMessage]) -> tuple[str, list[str]]:
+    """The last message's text, which must be the user's, and the earlier user messages' texts
+    (the most recent MAX_HISTORY, oldest first; empty ones dropped). System and assistant
+    messages do not take part in retrieval."""
+    last = messages[-1]
+    if last.role != "user":
+        raise invalid(
+            f"the last message must be the user's question (role user), not role {last.role}",
+            "invalid_messages",
+            param="messages",
+        )
+    question = last.text()
+    if not question.strip():
+        raise invalid(
+            "the last message (the user's question) has no text",
+            "invalid_messages",
+            param="messages",
+        )
+    earlier = [m.text() for m in messages[:-1] if m.role == "user" and m.text().strip()]
+    return question, earlier[-MAX_HISTORY:]
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
@@ -78,13 +167,27 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
     return generate
 
 
+def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in citations]
+
+
+def refusal_json(result: AnswerResult) -> dict[str, Any] | None:
+    """Why the answer was refused: no permitted passage matched ("no_match"), or passages
+    matched but none states the answer ("not_stated", with the closest ones cited)."""
+    if not result.refused:
+        return None
+    return {"reason": result.refusal, "related": citations_json(result.related)}
+
+
 def answer_json(result: AnswerResult) -> dict[str, Any]:
     return {
         "answer": result.answer,
         "mode": result.mode,
         "refused": result.refused,
         "answerability": result.answerability,
-        "citations": [asdict(c) for c in result.citations],
+        "citations": citations_json(result.citations),
+        "refusal": refusal_json(result),
+        "query": result.query,
         "value": result.value,
         "field_citations": result.field_citations,
         "usage": result.usage,
@@ -99,9 +202,13 @@ async def answer_events(
     top_k: int | None,
     kind: str,
     schema: str | None = None,
+    style: str | None = None,
+    history: Sequence[str] = (),
 ) -> AsyncIterator[AnswerEvent]:
     """Run the answer path under the caller's limits, with the response cache in front.
-    schema: the JSON schema (as JSON text) of a schema answer."""
+    schema: the JSON schema (as JSON text) of a schema answer. style: the answer style (None:
+    the server's). history: the conversation's earlier user turns, oldest first."""
+    history = list(history)
     if schema is not None:
         # Checked first: a refusal for want of evidence must not hide a bad schema.
         try:
@@ -121,7 +228,14 @@ async def answer_events(
                 "template": TEMPLATE_VERSION,
                 "index": readable,
                 "kind": "answer",
-                "request": {"question": question, "top_k": top_k, "schema": schema},
+                "request": {
+                    "question": question,
+                    # A follow-up is answered with its conversation: never another's entry.
+                    "history": history,
+                    "style": style or state.settings.answer_style,
+                    "top_k": top_k,
+                    "schema": schema,
+                },
             }
         )
         state.metrics.response_cache_queries.inc()
@@ -133,13 +247,16 @@ async def answer_events(
             yield AnswerEvent(cached.answer, replace(cached, timings=timings))
             return
     try:
-        await state.limiter.acquire(who.account, len(question) // 4)
+        prompt_chars = len(question) + sum(len(turn) for turn in history)
+        await state.limiter.acquire(who.account, prompt_chars // 4)
     except LimitExceeded as error:
         raise from_limit(error) from error
     completion_tokens = 0
     try:
         generate = engine_generate(state, who, new_id(kind))
-        answers = state.rag.answers.answer(access_for(who), question, generate, top_k, schema)
+        answers = state.rag.answers.answer(
+            access_for(who), question, generate, top_k, schema, style=style, history=history
+        )
         async for event in answers:
             if event.result is not None:
                 completion_tokens = event.result.usage.get("completion_tokens", 0)
@@ -147,7 +264,7 @@ async def answer_events(
                     state.cache.put(key, event.result)
             yield event
     except PromptTooLong as error:
-        param = "question" if schema is None else "response_format"
+        param = "response_format" if schema is not None else "messages" if history else "question"
         raise invalid(str(error), "context_length_exceeded", param=param) from error
     finally:
         state.limiter.release(who.account, completion_tokens)
@@ -163,7 +280,17 @@ def answer_routes(state: ServerState) -> APIRouter:
 
     @router.post("/v1/answers", responses=json_or_events(AnswerResponse))
     async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:
-        events = answer_events(state, who, body.question, body.top_k, "ans", body.schema())
+        question, history = body.turn()
+        events = answer_events(
+            state,
+            who,
+            question,
+            body.top_k,
+            "ans",
+            body.schema(),
+            style=body.answer_style,
+            history=history,
+        )
         first = await _first_event(events)
         if not body.stream:
             result = first.result
@@ -202,12 +329,19 @@ def _chain(
 
 
 async def rag_chat_completion(
-    state: ServerState, who: Principal, question: str, stream: bool, schema: str | None = None
+    state: ServerState,
+    who: Principal,
+    question: str,
+    stream: bool,
+    schema: str | None = None,
+    style: str | None = None,
+    history: Sequence[str] = (),
 ) -> Response:
     """A chat completion whose content is a cited answer; citations ride in an extra field.
     With a schema (response_format) the content is the JSON answer, and a refusal is the
-    message's refusal, as OpenAI's structured outputs give it."""
-    events = answer_events(state, who, question, None, "chatcmpl", schema)
+    message's refusal, as OpenAI's structured outputs give it. history: the earlier user
+    messages, oldest first."""
+    events = answer_events(state, who, question, None, "chatcmpl", schema, style, history)
     first = await _first_event(events)
     request_id = new_id("chatcmpl")
     model = state.rag_model_id
@@ -243,7 +377,7 @@ async def rag_chat_completion(
                 ],
                 "usage": result.usage
                 or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-                "citations": [asdict(c) for c in result.citations],
+                "citations": citations_json(result.citations),
                 "field_citations": result.field_citations,
                 "mode": result.mode,
                 "refused": result.refused,
@@ -263,7 +397,7 @@ async def rag_chat_completion(
                         {},
                         "stop",
                         {
-                            "citations": [asdict(c) for c in event.result.citations],
+                            "citations": citations_json(event.result.citations),
                             "mode": event.result.mode,
                             "refused": event.result.refused,
                         },

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable
+from typing import get_args
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -21,7 +22,7 @@ from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
-from ragserve.server.answers import rag_chat_completion
+from ragserve.server.answers import MAX_HISTORY, AnswerStyleName, rag_chat_completion
 from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
@@ -43,12 +44,16 @@ logger = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.1
 IGNORED_FIELDS_HEADER = "x-ragserve-ignored-fields"
+RAG_EXTENSIONS = frozenset({"answer_style"})
+ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyleName)
 
 
-def ignored_fields(state: ServerState, body: BaseModel) -> list[str]:
+def ignored_fields(
+    state: ServerState, body: BaseModel, known: frozenset[str] = frozenset()
+) -> list[str]:
     """The body's unknown fields, which are ignored (logged once per name), or a 400 when the
-    server is set to strict_request_fields."""
-    names = unknown_fields(body)
+    server is set to strict_request_fields. known: extensions this request reads itself."""
+    names = [name for name in unknown_fields(body) if name not in known]
     if names and state.settings.strict_request_fields:
         raise invalid(
             f"unknown field(s): {', '.join(names)} (this server sets strict_request_fields)",
@@ -76,13 +81,21 @@ def completion_routes(state: ServerState) -> APIRouter:
     async def chat_completions(
         body: ChatCompletionRequest, request: Request, who: Principal = Depends(principal)
     ) -> Response:
-        ignored = ignored_fields(state, body)
         if body.model == state.rag_model_id:
+            # answer_style, an extension of the +rag model: quote, generate or auto.
+            ignored = ignored_fields(state, body, RAG_EXTENSIONS)
             questions = [m.text() for m in body.messages if m.role == "user"]
             if not questions or not questions[-1].strip():
                 raise invalid(
                     "a RAG chat needs a user message",
                     "invalid_messages",
+                )
+            style = (body.model_extra or {}).get("answer_style")
+            if style is not None and style not in ANSWER_STYLES:
+                raise invalid(
+                    f"answer_style must be one of {', '.join(ANSWER_STYLES)}, not {style!r}",
+                    "invalid_parameter",
+                    param="answer_style",
                 )
             if body.n != 1:
                 raise invalid(
@@ -105,8 +118,14 @@ def completion_routes(state: ServerState) -> APIRouter:
                     param="structured_outputs",
                 )
             schema = None if constraint is None else constraint.spec
-            response = await rag_chat_completion(state, who, questions[-1], body.stream, schema)
+            # The earlier user messages, for a follow-up (assistant turns quote evidence the
+            # caller may no longer read, so they take no part in retrieval).
+            history = [q for q in questions[:-1] if q.strip()][-MAX_HISTORY:]
+            response = await rag_chat_completion(
+                state, who, questions[-1], body.stream, schema, style, history
+            )
             return tell_ignored(response, ignored)
+        ignored = ignored_fields(state, body)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         tools = ToolUse.of(body.tools, body.tool_choice)
         if tools is not None:

@@ -92,12 +92,24 @@ class Health(Body):
     status: str
 
 
+class AnswerRefusal(Body):
+    """Why an answer was refused: "no_match", no permitted passage matched the question;
+    "not_stated", passages matched but none states the answer (related: the closest, cited)."""
+
+    reason: Literal["no_match", "not_stated"] | None
+    related: list[Citation] = []
+
+
 class AnswerResponse(Body):
     answer: str
     mode: Literal["generated", "extractive", "refused"]
     refused: bool
     answerability: float | None
     citations: list[Citation]
+    # Set when refused.
+    refusal: AnswerRefusal | None = None
+    # The standalone query retrieval ran on (a follow-up rewritten with its conversation).
+    query: str = ""
     # A schema answer (response_format): the JSON value, and its values' sources by pointer.
     value: Any = None
     field_citations: dict[str, list[int]] = {}
