@@ -171,7 +171,43 @@ def test_a_question_without_evidence_is_refused(page, server, keys):
     page.keyboard.press("Enter")
     reply = page.locator(".reply").last
     expect(reply.locator(".badge")).to_have_text("refusal")
+    # The reason is told: nothing matched, or the closest passages, which do not say it.
+    expect(reply.locator(".refusal-reason")).to_be_visible()
     expect(reply).not_to_contain_text("120 million")
+    expect(reply).not_to_contain_text("Board memo")
+
+
+def test_a_follow_up_is_asked_with_the_conversation_and_a_new_one_starts_over(page, server, keys):
+    sign_in(page, server, keys["reader"])
+    page.get_by_label("Answer style").select_option("quote")
+    page.get_by_label("Question").fill("How many days of paid leave does every employee get?")
+    with page.expect_request("**/v1/answers") as first:
+        page.get_by_role("button", name="Send").click()
+    assert first.value.post_data_json["answer_style"] == "quote"
+    reply = page.locator(".reply").last
+    expect(reply).to_contain_text("28 days")
+    page.get_by_label("Question").fill("And where do leave requests go?")
+    with page.expect_request("**/v1/answers") as second:
+        page.get_by_role("button", name="Send").click()
+    messages = second.value.post_data_json["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[0]["content"] == "How many days of paid leave does every employee get?"
+    assert "28 days" in messages[1]["content"]
+    assert messages[2]["content"] == "And where do leave requests go?"
+    reply = page.locator(".reply").nth(1)
+    expect(reply.locator(".badge")).to_have_text(re.compile("extractive quote|generated answer"))
+    expect(reply.locator("button.citation").first).to_contain_text("Staff handbook")
+    expect(page.locator("#conversation .question")).to_have_count(2)
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator("#conversation li")).to_have_count(0)
+    page.get_by_label("Question").fill("How many days of paid leave does every employee get?")
+    with page.expect_request("**/v1/answers") as fresh:
+        page.get_by_role("button", name="Send").click()
+    assert len(fresh.value.post_data_json["messages"]) == 1
+    expect(page.locator(".reply").last).to_contain_text("28 days")
+    # The style applies to answers from documents only.
+    page.get_by_label("Chat with the model").check()
+    expect(page.get_by_label("Answer style")).to_be_hidden()
 
 
 def test_plain_chat_with_the_model_streams_a_reply(page, server, keys):

@@ -1,9 +1,15 @@
-// The Ask view: cited answers from /v1/answers and plain chat with the model, both streamed;
-// a citation opens its passage with the quoted span highlighted.
+// The Ask view: a conversation of cited answers from /v1/answers and plain chat with the model,
+// both streamed; a citation opens its passage with the quoted span highlighted. Each question
+// goes with the conversation so far (a follow-up is read with the earlier questions); "New
+// conversation" starts over.
 
 import { $, api, authHeaders, el, events, failure } from "./common.js";
 
-const chat = [];
+// The answered turns so far, as chat messages (a failed turn leaves nothing behind).
+const conversation = [];
+// The earlier messages sent with a question to /v1/answers (the server takes up to 64 and reads
+// the most recent user turns).
+const MAX_EARLIER = 32;
 let inFlight = null;
 
 function appendTurn(question) {
@@ -59,28 +65,48 @@ function answerText(answer, byNumber) {
   return nodes;
 }
 
-function renderAnswer({ reply, text }, result, clientTimes) {
+function citationList(citations, label) {
+  const list = el("ol", { class: "citations", "aria-label": label });
+  for (const citation of citations) {
+    list.append(
+      el(
+        "li",
+        {},
+        el(
+          "button",
+          { type: "button", class: "citation", onclick: () => openCitation(citation) },
+          el("strong", {}, `[${citation.n}] ${citation.title}`),
+          el("br"),
+          `“${citation.quote}”`,
+        ),
+      ),
+    );
+  }
+  return list;
+}
+
+function renderAnswer({ reply, text }, result, clientTimes, question) {
   setBadge(reply, result.mode);
   const byNumber = new Map(result.citations.map((c) => [c.n, c]));
   text.replaceChildren(...answerText(result.answer, byNumber));
-  if (result.citations.length) {
-    const list = el("ol", { class: "citations", "aria-label": "Citations" });
-    for (const citation of result.citations) {
-      list.append(
-        el(
-          "li",
-          {},
-          el(
-            "button",
-            { type: "button", class: "citation", onclick: () => openCitation(citation) },
-            el("strong", {}, `[${citation.n}] ${citation.title}`),
-            el("br"),
-            `“${citation.quote}”`,
-          ),
-        ),
+  if (result.citations.length) reply.append(citationList(result.citations, "Citations"));
+  // A refusal's text says why: nothing matched ("no_match"), or the passages that matched do
+  // not state the answer ("not_stated"), shown as the related passages, cited.
+  const refusal = result.refusal;
+  if (refusal) {
+    text.classList.add("refusal-reason");
+    if (refusal.reason) text.classList.add(refusal.reason);
+    if (refusal.reason === "not_stated" && refusal.related?.length) {
+      reply.append(
+        el("p", { class: "meta" }, "The closest passages you can read:"),
+        citationList(refusal.related, "Related passages"),
       );
     }
-    reply.append(list);
+  }
+  // A follow-up is searched for as a standalone question: say what was searched.
+  const query = (result.query || "").trim();
+  if (query && query.toLowerCase() !== question.trim().toLowerCase()) {
+    reply.append(el("p", { class: "meta query" }, `Searched for: ${query}`));
   }
   const t = result.timings || {};
   const parts = [];
@@ -118,7 +144,7 @@ async function openCitation(citation) {
   panel.focus();
 }
 
-async function ask(question, mode) {
+async function ask(question, mode, style) {
   const turn = appendTurn(question);
   const controller = new AbortController();
   inFlight = controller;
@@ -131,7 +157,7 @@ async function ask(question, mode) {
   };
   try {
     if (mode === "chat") {
-      const messages = [...chat, { role: "user", content: question }];
+      const messages = [...conversation, { role: "user", content: question }];
       const models = await api("/v1/models");
       const response = await fetch("/v1/chat/completions", {
         method: "POST",
@@ -152,17 +178,20 @@ async function ask(question, mode) {
         }
       }
       // Kept only once answered, so a failed turn does not leave an unanswered question behind.
-      chat.push(messages.at(-1), { role: "assistant", content });
+      conversation.push(messages.at(-1), { role: "assistant", content });
       clientTimes.total = Math.round(performance.now() - started);
       turn.reply.append(
         el("p", { class: "timings" }, `first text ${clientTimes.first} ms · total ${clientTimes.total} ms`),
       );
       return;
     }
+    const messages = [...conversation.slice(-MAX_EARLIER), { role: "user", content: question }];
+    const body = { messages, stream: true };
+    if (style) body.answer_style = style;
     const response = await fetch("/v1/answers", {
       method: "POST",
       headers: authHeaders({ "Content-Type": "application/json" }),
-      body: JSON.stringify({ question, stream: true }),
+      body: JSON.stringify(body),
       signal: controller.signal,
     });
     if (!response.ok) throw await failure(response);
@@ -175,7 +204,8 @@ async function ask(question, mode) {
       } else if (event.type === "answer") {
         firstText();
         clientTimes.total = Math.round(performance.now() - started);
-        renderAnswer(turn, event, clientTimes);
+        renderAnswer(turn, event, clientTimes, question);
+        conversation.push(messages.at(-1), { role: "assistant", content: event.answer });
       } else if (event.type === "error") {
         throw new Error(event.message);
       }
@@ -192,9 +222,15 @@ async function ask(question, mode) {
 }
 
 export function resetAsk() {
-  chat.length = 0;
+  if (inFlight) inFlight.abort();
+  conversation.length = 0;
   $("#conversation").replaceChildren();
   $("#passage").hidden = true;
+}
+
+// The answer style applies to answers from documents only.
+function showStyle() {
+  $("#style-field").hidden = new FormData($("#ask-form")).get("mode") !== "answer";
 }
 
 export function wireAsk() {
@@ -203,7 +239,13 @@ export function wireAsk() {
     const question = $("#question").value.trim();
     if (!question || inFlight) return;
     $("#question").value = "";
-    ask(question, new FormData(event.target).get("mode"));
+    const form = new FormData(event.target);
+    ask(question, form.get("mode"), form.get("style"));
+  });
+  $("#ask-form").addEventListener("change", showStyle);
+  $("#new-conversation").addEventListener("click", () => {
+    resetAsk();
+    $("#question").focus();
   });
   $("#question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
