@@ -235,3 +235,23 @@ def test_a_generated_answer_builds_the_engine_once(tmp_path, embedder, monkeypat
     assert "loading the model smollm2-135m-instruct..." in result.stderr
     # Prompt building's context length, read without the engine, is the engine's own.
     assert ModelOnDemand(Settings.load()).max_model_len == built[0].max_model_len == 4096
+
+
+def test_the_command_line_starts_without_the_engine():
+    """Importing the CLI, the package and the request types loads neither torch nor llguidance:
+    a command that needs no model (docs list, a quoted answer) does not pay for them."""
+    heavy = ("torch", "llguidance", "sentence_transformers")
+    probe = (
+        "import sys, ragserve, ragserve.cli, ragserve.engine.sampling_params;"
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    # The package still hands out the engine's names, imported when first asked for.
+    from ragserve import LLM, RequestOutput, SamplingParams
+
+    assert LLM.__name__ == "LLM" and RequestOutput.__name__ == "RequestOutput"
+    assert SamplingParams(max_tokens=4).max_tokens == 4

@@ -9,22 +9,27 @@ Each constrained sequence has its own matcher, which consumes the sequence's tok
 accepted. A step's masks depend only on tokens already accepted, so they are filled (by one
 llguidance executor, in parallel threads) while the forward pass runs, and applied to the
 logits by a C++ kernel (csrc/token_mask.cpp) before sampling.
+
+The constraint types import nothing heavy: llguidance, torch and transformers are imported by
+the functions that use them, so that the request types (SamplingParams, the server's
+protocol) load without the engine.
 """
+
+from __future__ import annotations
 
 import functools
 import json
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
-
-import llguidance
-import llguidance.hf
-import torch
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Literal
 
 from ragserve.engine.errors import InvalidRequestError
-from ragserve.engine.kernels import apply_token_bitmask
+
+if TYPE_CHECKING:
+    import llguidance
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 CACHED_GRAMMARS = 256
 
@@ -40,6 +45,8 @@ class OutputConstraint:
 
 def grammar_of(constraint: OutputConstraint) -> str:
     """llguidance's grammar for the constraint (not yet checked)."""
+    import llguidance
+
     if constraint.kind == "json":
         return llguidance.LLMatcher.grammar_from_json_schema(
             constraint.spec, defaults={"whitespace_flexible": False}
@@ -58,6 +65,8 @@ def checked_grammar(
 ) -> str:
     """The constraint's grammar; InvalidRequestError with the reason when it does not compile
     (without a tokenizer: checked as far as it can be away from the engine)."""
+    import llguidance
+
     try:
         grammar = grammar_of(constraint)
         problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
@@ -74,6 +83,8 @@ class Grammars:
     def __init__(
         self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, eos_token_ids: set[int]
     ) -> None:
+        import llguidance.hf
+
         self.vocab_size = vocab_size
         self.tokenizer = llguidance.hf.from_tokenizer(
             tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids)
@@ -92,11 +103,15 @@ class Grammars:
         return grammar
 
     def matcher(self, constraint: OutputConstraint) -> llguidance.LLMatcher:
+        import llguidance
+
         return llguidance.LLMatcher(self.tokenizer, self.compile(constraint), log_level=0)
 
 
 @functools.cache
 def executor() -> llguidance.LLExecutor:
+    import llguidance
+
     return llguidance.LLExecutor()
 
 
@@ -114,6 +129,8 @@ def fill_masks(matchers: list[llguidance.LLMatcher | None], vocab_size: int) -> 
     rows = [i for i, m in enumerate(matchers) if m is not None]
     if not rows:
         return None
+    import torch
+
     words = (vocab_size + 31) // 32
     bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
     work = [(matchers[row], k) for k, row in enumerate(rows)]
@@ -139,4 +156,6 @@ def fill_masks_soon(
 
 def apply_masks(logits: torch.Tensor, masks: Masks) -> None:
     """Set to -inf, in place, the logits of the tokens each masked row may not take."""
+    from ragserve.engine.kernels import apply_token_bitmask
+
     apply_token_bitmask(logits, masks.rows, masks.bitmask)
