@@ -4,19 +4,21 @@ The access filter comes from the authenticated key, never from the request body.
 question carries the conversation's earlier user turns (history); the answer service rewrites it
 into a standalone retrieval query and filters by the caller's access on every turn. Assistant
 turns are never used for retrieval: they quote evidence the caller may no longer read.
+
+This module holds the routes and the serving (limits, the response cache, the engine); the
+request and response bodies are in answer_protocol, as vLLM keeps its protocol apart.
 """
 
 import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ragserve.access import Principal, access_for
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
@@ -25,9 +27,8 @@ from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
-from ragserve.rag.citations import Citation
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
-from ragserve.server.constraints import ResponseFormat
+from ragserve.server.answer_protocol import AnswerRequest, answer_json, citations_json
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
 from ragserve.server.limits import LimitExceeded
@@ -35,105 +36,6 @@ from ragserve.server.protocol import error_responses, new_id, now
 from ragserve.server.response_cache import cache_key
 from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
-
-MAX_QUESTION_CHARS = 4000
-MAX_MESSAGES = 64
-# The earlier user turns a follow-up is read with: the most recent ones.
-MAX_HISTORY = 8
-
-# "quote": the best evidence quoted, no model call; "generate": the model answers from the
-# evidence, checked; "auto": the service decides per question. None: the server's setting.
-AnswerStyleName = Literal["quote", "generate", "auto"]
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["text"]
-    text: str
-
-
-class AnswerMessage(BaseModel):
-    """One turn of a conversation, in OpenAI's chat shape."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["system", "user", "assistant"]
-    content: str | list[TextPart]
-    name: str | None = None
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
-
-    @field_validator("content")
-    @classmethod
-    def not_too_long(cls, content: str | list[TextPart]) -> str | list[TextPart]:
-        size = len(content) if isinstance(content, str) else sum(len(p.text) for p in content)
-        if size > MAX_QUESTION_CHARS:
-            raise ValueError(
-                f"a message holds at most {MAX_QUESTION_CHARS} characters, this one {size}"
-            )
-        return content
-
-
-class AnswerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    # Exactly one of question (one question) and messages (a conversation, the last message
-    # the user's question).
-    question: str | None = Field(None, min_length=1, max_length=MAX_QUESTION_CHARS)
-    messages: list[AnswerMessage] | None = Field(None, max_length=MAX_MESSAGES)
-    answer_style: AnswerStyleName | None = None
-    top_k: int | None = Field(None, ge=1, le=20)
-    stream: bool = False
-    # json_object or json_schema: the answer is JSON (value), each value checked on its own.
-    response_format: ResponseFormat | None = None
-
-    def schema(self) -> str | None:
-        constraint = self.response_format.constraint() if self.response_format else None
-        return None if constraint is None else constraint.spec
-
-    def turn(self) -> tuple[str, list[str]]:
-        """The question and the earlier user turns (oldest first), or a 400 saying what is
-        wrong with the body."""
-        if self.question is not None and self.messages is not None:
-            raise invalid(
-                "give either question or messages, not both", "invalid_request", param="messages"
-            )
-        if self.question is not None:
-            return self.question, []
-        if not self.messages:
-            raise invalid(
-                "give question (a string) or messages (a conversation whose last message is "
-                "the user's question)",
-                "invalid_request",
-                param="question" if self.messages is None else "messages",
-            )
-        return question_of(self.messages)
-
-
-def question_of(messages: list[AnswerMessage]) -> tuple[str, list[str]]:
-    """The last message's text, which must be the user's, and the earlier user messages' texts
-    (the most recent MAX_HISTORY, oldest first; empty ones dropped). System and assistant
-    messages do not take part in retrieval."""
-    last = messages[-1]
-    if last.role != "user":
-        raise invalid(
-            f"the last message must be the user's question (role user), not role {last.role}",
-            "invalid_messages",
-            param="messages",
-        )
-    question = last.text()
-    if not question.strip():
-        raise invalid(
-            "the last message (the user's question) has no text",
-            "invalid_messages",
-            param="messages",
-        )
-    earlier = [m.text() for m in messages[:-1] if m.role == "user" and m.text().strip()]
-    return question, earlier[-MAX_HISTORY:]
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
@@ -165,34 +67,6 @@ def engine_generate(state: ServerState, who: Principal, request_id: str) -> Gene
                 state.metrics.observe_finished(output, stream.token_times)
 
     return generate
-
-
-def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:
-    return [asdict(c) for c in citations]
-
-
-def refusal_json(result: AnswerResult) -> dict[str, Any] | None:
-    """Why the answer was refused: no permitted passage matched ("no_match"), or passages
-    matched but none states the answer ("not_stated", with the closest ones cited)."""
-    if not result.refused:
-        return None
-    return {"reason": result.refusal, "related": citations_json(result.related)}
-
-
-def answer_json(result: AnswerResult) -> dict[str, Any]:
-    return {
-        "answer": result.answer,
-        "mode": result.mode,
-        "refused": result.refused,
-        "answerability": result.answerability,
-        "citations": citations_json(result.citations),
-        "refusal": refusal_json(result),
-        "query": result.query,
-        "value": result.value,
-        "field_citations": result.field_citations,
-        "usage": result.usage,
-        "timings": result.timings,
-    }
 
 
 async def answer_events(

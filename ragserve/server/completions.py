@@ -22,7 +22,8 @@ from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
-from ragserve.server.answers import MAX_HISTORY, AnswerStyleName, rag_chat_completion
+from ragserve.server.answer_protocol import MAX_HISTORY, AnswerStyleName
+from ragserve.server.answers import rag_chat_completion
 from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
