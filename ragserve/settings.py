@@ -115,11 +115,13 @@ class Settings(BaseSettings):
     # served model judges each chunk), or a sentence-transformers CrossEncoder folder.
     evidence_sentences: int = Field(EVIDENCE["sentences"], ge=1, le=20)
     answerability_file: Path | None = None
-    # "quote": the best evidence quoted, without a model call; "generate": the model answers
-    # from the evidence (checked; the quote as fallback when extractive_fallback). With the
+    # "quote": the evidence that states the answer quoted, without a model call; "generate":
+    # the model answers from the evidence (checked; the quote as fallback when
+    # extractive_fallback); "auto": a quote when one sentence states the answer, the model
+    # when several must be combined. A request may name its own (answer_style). With the
     # default 135M model quoting is measured more often right and faster (docs/evaluation.md);
     # a stronger model may earn "generate".
-    answer_style: Literal["generate", "quote"] = ANSWER["style"]
+    answer_style: Literal["quote", "generate", "auto"] = ANSWER["style"]
     extractive_fallback: bool = ANSWER["extractive_fallback"]
     support_threshold: float = Field(ANSWER["support_threshold"], ge=0, le=1)
     answer_max_tokens: int = Field(ANSWER["max_tokens"], ge=1)

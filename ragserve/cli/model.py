@@ -154,8 +154,9 @@ def serve_on_ray(settings: "Settings") -> None:
 
 
 STYLE_HELP = (
-    "quote: the best evidence quoted, without the model; generate: the model answers from the "
-    "evidence (checked); auto: as the answer service decides (default: the answer_style setting)."
+    "quote: the evidence that states the answer quoted, without the model; generate: the model "
+    "answers from the evidence (checked); auto: a quote when one sentence states the answer, "
+    "the model when several must be combined (default: the answer_style setting)."
 )
 
 
@@ -175,20 +176,13 @@ def ask(
     """Answer a question from the documents the principal may read (local, no server). The
     model is loaded only when the answer needs it: a quoted answer never loads it."""
     import asyncio
-    from inspect import signature
 
     from ragserve.access import access_for
-    from ragserve.rag.answer import AnswerService
     from ragserve.services import ModelOnDemand, RagServices
     from ragserve.settings import Settings
 
-    # The style goes to the service where it takes one, else into its settings.
-    passed = style is not None and "style" in signature(AnswerService.answer).parameters
-    options = {"style": style.value} if passed else {}
     try:
-        settings = Settings.load(
-            config, data_dir=data_dir, answer_style=None if passed or style is None else style.value
-        )
+        settings = Settings.load(config, data_dir=data_dir)
     except ValueError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
@@ -207,7 +201,8 @@ def ask(
 
     async def answer(generate: "Generate") -> "AnswerResult | None":
         result = None
-        answers = rag.answers.answer(access_for(principal), question, generate, top_k, **options)
+        chosen = None if style is None else style.value
+        answers = rag.answers.answer(access_for(principal), question, generate, top_k, style=chosen)
         async for event in answers:
             result = event.result or result
         return result
@@ -218,13 +213,15 @@ def ask(
         model.shutdown()
         rag.store.close()
     if as_json:
-        from ragserve.server.answers import answer_json
+        from ragserve.server.answer_protocol import answer_json
 
         print(json.dumps(answer_json(result)))
         return
     kind = {"generated": "answer", "extractive": "quoted from the source", "refused": "refused"}
     console.print(f"[dim]({kind[result.mode]})[/dim] {result.answer}")
-    for citation in result.citations:
+    if result.related:
+        console.print("[dim]closest passages you can read:[/dim]")
+    for citation in result.citations or result.related:
         console.print(f"[{citation.n}] {citation.title} ({citation.doc_id}): “{citation.quote}”")
 
 

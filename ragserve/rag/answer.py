@@ -1,30 +1,46 @@
-"""Answers from evidence: a generated answer whose citations check out, an exact quote of the
-best evidence, or a refusal.
+"""Answers from evidence: an exact quote of the evidence that states the answer, a generated
+answer whose citations check out, or a refusal that says why.
 
-retrieve permitted chunks -> (rerank) -> select the best sentences of those chunks (evidence.py,
-so only permitted text is a candidate) -> answerability (answerability.py): refuse at once when
-the evidence is unlikely to hold an answer -> a short prompt of the numbered sentences ->
-generate -> check every sentence of the answer against the sentence it cites -> if any is
-unsupported (or the model declined) and the evidence is confident, quote the best sentence
-exactly with its citation and span (mode "extractive"); else the refusal. citations.py says
-when a source supports a sentence. With a client's JSON schema the model's output is held to
-it and checked value by value instead (structured_answer.py), without the quote fallback.
+question (+ the user's earlier questions: conversation.py rewrites a follow-up into a
+standalone query) -> retrieve permitted chunks -> (rerank) -> rank the sentences of those
+chunks (evidence.py, so only permitted text is a candidate) -> answerability
+(answerability.py): refuse at once when the evidence is unlikely to hold an answer -> choose
+the answer's sentences: the best one, a close second, and those that cover parts of the
+question the chosen ones leave open (a two-part question needs two sentences) -> by style:
+"quote" quotes them exactly with their citations and spans, no model call; "generate" asks
+the model to state the answer from them as numbered sources and checks every sentence of its
+reply against the sentence it cites (citations.py: numbers with their units, names and
+negations must be the source's), quoting the chosen sentences instead when the reply fails
+(or the model declines); "auto" quotes when one sentence states the answer and generates when
+the chosen sentences must be combined. With a client's JSON schema the model's output is held
+to it and checked value by value instead (structured_answer.py), without the quote fallback.
 
-The refusal is worded the same whether the evidence is missing or not permitted.
+A refusal says which of two things happened: no permitted passage shares a word with the
+question ("no_match"), or passages matched but answerability judged that none states the
+answer ("not_stated", with the closest passages cited as related). Only permitted text is ever
+searched, so neither says anything of documents the reader may not read. A malformed request
+is the third kind, answered by the API layer with an error.
 """
 
 import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
+from ragserve.rag.answer_result import (
+    AnswerEvent,
+    AnswerResult,
+    AnswerStyle,
+    cite,
+    refusal,
+)
 from ragserve.rag.answerability import Answerability, signals
-from ragserve.rag.citations import Citation, CitationChecker
+from ragserve.rag.citations import CitationChecker
+from ragserve.rag.conversation import standalone_query
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
@@ -36,10 +52,9 @@ from ragserve.rag.structured_answer import (
     evidence_numbers,
     parse_json,
 )
+from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
-
-Mode = Literal["generated", "extractive", "refused"]
 
 
 @dataclass
@@ -56,42 +71,14 @@ class AnswerSettings:
     # Numbers and multi-word names must occur in the cited source as written; off, content
     # words alone decide (measured in the evaluation's ablation).
     strict_support: bool = True
-    # A quote also takes the second-best sentence when its score is within this of the best.
+    # An answer also takes the second-best sentence when its score is within this of the best.
     quote_margin: float = 0.05
-    # "quote": the best evidence quoted, no model call; "generate": the model answers from the
-    # evidence, checked, with the quote as fallback (Settings.answer_style says why).
-    style: Literal["generate", "quote"] = "quote"
-
-
-@dataclass
-class AnswerResult:
-    answer: str
-    mode: Mode
-    citations: list[Citation] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    # The calibrated probability that the evidence answers the question.
-    answerability: float | None = None
-    # A schema answer: the parsed JSON (answer is its JSON text), and the sources of each
-    # supported value by JSON pointer.
-    value: Any = None
-    field_citations: dict[str, list[int]] = field(default_factory=dict)
-
-    @property
-    def refused(self) -> bool:
-        return self.mode == "refused"
-
-
-def refusal(answerability: float | None = None) -> AnswerResult:
-    return AnswerResult(REFUSAL, "refused", answerability=answerability)
-
-
-@dataclass
-class AnswerEvent:
-    """A piece of streamed text, or (when result is set) the final answer."""
-
-    text: str = ""
-    result: AnswerResult | None = None
+    # ... and a sentence within this of the best that covers words of the question the chosen
+    # sentences leave open, at most answer_sentences in all.
+    cover_margin: float = 0.3
+    answer_sentences: int = 3
+    # The default answer style when a request names none (module docstring; Settings.answer_style).
+    style: AnswerStyle = "quote"
 
 
 class AnswerService:
@@ -119,21 +106,26 @@ class AnswerService:
         generate: Generate,
         top_k: int | None = None,
         schema: str | None = None,
+        style: AnswerStyle | None = None,
+        history: Sequence[str] = (),
     ) -> AsyncIterator[AnswerEvent]:
-        """The answer's text as generated, then the checked result. schema: a JSON schema (as
-        JSON text) the answer must be, checked value by value (structured_answer.py)."""
+        """The checked answer, as one text event with the result (a generated draft is never
+        shown before its check). schema: a JSON schema (as JSON text) the answer must be,
+        checked value by value (structured_answer.py). history: the user's earlier questions
+        in this conversation, oldest first (never the assistant's turns)."""
         started = time.perf_counter()
+        style = style or self.settings.style
         k = top_k or self.settings.top_k
-        retrieval = await asyncio.to_thread(self.retriever.retrieve, access, question, k)
+        query = standalone_query(question, history)
+        retrieval = await asyncio.to_thread(self.retriever.retrieve, access, query, k)
         retrieved = time.perf_counter()
         chunks = retrieval.chunks
         if self.reranker is not None and chunks:
-            chunks = await self.reranker.rerank(question, chunks, generate)
+            chunks = await self.reranker.rerank(query, chunks, generate)
         reranked = time.perf_counter()
-        ranked = await asyncio.to_thread(self.selector.rank, question, chunks)
-        evidence = ranked[: self.selector.settings.sentences]
+        ranked = await asyncio.to_thread(self.selector.rank, query, chunks)
         probability = self.answerability.probability(
-            signals(question, ranked, retrieval.best_similarity)
+            signals(query, ranked, retrieval.best_similarity)
         )
         selected = time.perf_counter()
         timings = {
@@ -141,20 +133,67 @@ class AnswerService:
             "rerank_ms": _ms(retrieved, reranked),
             "evidence_ms": _ms(reranked, selected),
         }
-        if not evidence or probability < self.answerability.refuse_below:
-            timings["total_ms"] = _ms(started, time.perf_counter())
-            result = refusal(probability)
-            result.timings = timings
-            yield AnswerEvent(REFUSAL, result)
-            return
+        result = self._refused(query, ranked, probability)
+        if result is None:
+            chosen = self.choose(query, ranked)
+            needs_model = schema is not None or style == "generate"
+            needs_model = needs_model or (style == "auto" and len(chosen) > 1)
+            if not needs_model:
+                result = self._quote(chosen, ranked, probability)
+            else:
+                result = await self._generated(
+                    question, query, ranked, chosen, probability, generate, schema, started
+                )
+        result.query = query
+        result.timings = timings | result.timings | {"total_ms": _ms(started, time.perf_counter())}
+        yield AnswerEvent(result.answer, result)
+
+    def _refused(
+        self, query: str, ranked: list[Sentence], probability: float
+    ) -> AnswerResult | None:
+        """The refusal, when nothing permitted shares a word with the query or answerability
+        is under its threshold; else None."""
+        if not ranked or not any(s.overlap > 0 for s in ranked):
+            return refusal("no_match", probability)
+        if probability < self.answerability.refuse_below:
+            return refusal("not_stated", probability, ranked)
+        return None
+
+    def choose(self, query: str, ranked: list[Sentence]) -> list[Sentence]:
+        """The answer's sentences: the best, a close second, and any near the best that covers
+        words of the query the chosen ones leave open (a two-part question needs two)."""
+        best, settings = ranked[0], self.settings
+        asked = stems(query)
+        covered = asked & stems(best.context)
+        chosen = [best]
+        for sentence in ranked[1:]:
+            if len(chosen) >= settings.answer_sentences:
+                break
+            behind = best.score - sentence.score
+            adds = (asked & stems(sentence.context)) - covered
+            if behind <= settings.quote_margin or (adds and behind <= settings.cover_margin):
+                chosen.append(sentence)
+                covered |= adds
+        return chosen
+
+    async def _generated(
+        self,
+        question: str,
+        query: str,
+        ranked: list[Sentence],
+        chosen: list[Sentence],
+        probability: float,
+        generate: Generate,
+        schema: str | None,
+        started: float,
+    ) -> AnswerResult:
+        """The model's answer from the evidence, checked; the quote of the chosen sentences
+        when it fails the check."""
+        evidence = list({(s.chunk.doc_id, s.start): s for s in [*chosen, *ranked]}.values())
+        evidence = evidence[: max(len(chosen), self.selector.settings.sentences)]
         prompt = await asyncio.to_thread(
             self.builder.build, question, [s.as_source() for s in evidence], schema
         )
-        if self.settings.style == "quote" and schema is None:
-            result = self._quote(prompt, evidence, probability)
-            result.timings = timings | {"total_ms": _ms(started, time.perf_counter())}
-            yield AnswerEvent(result.answer, result)
-            return
         text, token_ids, first_token, cached_tokens = "", [], None, 0
         # Batch-invariant, so that a question gets the same answer cold or cached, alone or in
         # a busy batch.
@@ -170,15 +209,13 @@ class AnswerService:
             completion = output.outputs[0]
             if first_token is None and completion.token_ids:
                 first_token = time.perf_counter()
-            if len(completion.text) > len(text):
-                yield AnswerEvent(completion.text[len(text) :])
             text, token_ids = completion.text, completion.token_ids
             cached_tokens = output.num_cached_tokens
         generated = time.perf_counter()
         if schema is None:
-            result = self._finish(text, question, prompt, evidence, probability)
+            result = self._finish(text, query, prompt, chosen, probability)
         else:
-            result = self._finish_structured(text, question, prompt, probability)
+            result = self._finish_structured(text, query, prompt, probability)
         checked = time.perf_counter()
         result.usage = {
             "prompt_tokens": len(prompt.token_ids),
@@ -186,36 +223,35 @@ class AnswerService:
             "total_tokens": len(prompt.token_ids) + len(token_ids),
             "prompt_tokens_details": {"cached_tokens": cached_tokens},
         }
-        result.timings = timings | {
+        result.timings = {
             "prompt_tokens": len(prompt.token_ids),
             "ttft_ms": _ms(started, first_token or generated),
             "check_ms": _ms(generated, checked),
-            "total_ms": _ms(started, checked),
         }
-        yield AnswerEvent(result=result)
+        return result
 
     def _finish(
         self,
         text: str,
-        question: str,
+        query: str,
         prompt: BuiltPrompt,
-        evidence: list[Sentence],
+        chosen: list[Sentence],
         probability: float,
     ) -> AnswerResult:
-        logger.debug("model answer to %r: %r", question, text)
+        logger.debug("model answer to %r: %r", query, text)
         # A small model sometimes copies the spotlighting marks from the evidence.
         text = text.replace(DATAMARK, " ")
         declined = not text.strip() or REFUSAL.lower().rstrip(".") in text.lower()
         if not declined:
-            answer, citations, supported = self.checker.check(text, question, prompt.sources)
-            best = (evidence[0].chunk.doc_id, evidence[0].start)
+            answer, citations, supported = self.checker.check(text, query, prompt.sources)
+            best = (chosen[0].chunk.doc_id, chosen[0].start)
             # Measured on the development set: a supported answer that does not rest on the best
             # evidence sentence is rarely right; the quote of that sentence more often is.
             if supported and best in {(c.doc_id, c.start) for c in citations}:
                 return AnswerResult(answer, "generated", citations, answerability=probability)
         if self.settings.extractive_fallback:
-            return self._quote(prompt, evidence, probability)
-        return refusal(probability)
+            return self._quote(chosen, chosen, probability)
+        return refusal("not_stated", probability, chosen)
 
     @staticmethod
     def _constraint(schema: str, question: str, prompt: BuiltPrompt) -> OutputConstraint:
@@ -227,11 +263,11 @@ class AnswerService:
     ) -> AnswerResult:
         value = parse_json(text)
         if value is None:
-            return refusal(probability)
+            return refusal("not_stated", probability)
         checked = check_value(value, question, prompt.sources, self.checker)
         if not checked.supported:
             logger.debug("unsupported schema answer to %r: %r", question, text)
-            return refusal(probability)
+            return refusal("not_stated", probability)
         return AnswerResult(
             json.dumps(checked.value, ensure_ascii=False),
             "generated",
@@ -242,42 +278,15 @@ class AnswerService:
         )
 
     def _quote(
-        self, prompt: BuiltPrompt, evidence: list[Sentence], probability: float
+        self, chosen: list[Sentence], ranked: list[Sentence], probability: float
     ) -> AnswerResult:
-        """The best sentence quoted, with the next when it scores within quote_margin, if
-        answerability is confident enough to quote; else the refusal."""
+        """The chosen sentences quoted, if answerability is confident enough to quote; else
+        the refusal with the closest passages as related."""
         if probability < self.answerability.quote_above:
-            return refusal(probability)
-        margin = self.settings.quote_margin
-        close = [s for s in evidence[1:2] if evidence[0].score - s.score <= margin]
-        return quote(prompt, [evidence[0], *close], probability)
-
-
-def quote(prompt: BuiltPrompt, chosen: list[Sentence], probability: float) -> AnswerResult:
-    """The chosen evidence sentences, quoted exactly, each citing its number and span."""
-    numbered = {(s.chunk.doc_id, s.chunk.start): s.n for s in prompt.sources}
-    pieces, citations = [], []
-    for sentence in chosen:
-        n = numbered.get((sentence.chunk.doc_id, sentence.start))
-        if n is None:  # left out of the prompt by its token budget
-            continue
-        chunk = sentence.chunk
-        citations.append(
-            Citation(
-                n,
-                chunk.doc_id,
-                chunk.chunk_id,
-                chunk.title,
-                sentence.start,
-                sentence.end,
-                sentence.text,
-                1.0,
-            )
-        )
-        pieces.append(f"{sentence.text} [{n}]")
-    if not citations:
-        return refusal(probability)
-    return AnswerResult(" ".join(pieces), "extractive", citations, answerability=probability)
+            return refusal("not_stated", probability, ranked)
+        citations = [cite(n, s) for n, s in enumerate(chosen, start=1)]
+        answer = " ".join(f"{c.quote} [{c.n}]" for c in citations)
+        return AnswerResult(answer, "extractive", citations, answerability=probability)
 
 
 def _ms(start: float, end: float) -> float:

@@ -1,7 +1,9 @@
 """Answerability: how likely the selected evidence answers the question, as a probability.
 
 A logistic model over signals measured on the evidence, fitted by `ragserve eval calibrate`
-with cross-validation on the development set only, and shipped as a versioned file
+with cross-validation on the development sets only (Wikipedia questions and the workplace
+documents' questions together, so that it holds on more than one kind of text), and shipped as
+a versioned file
 (answerability.json beside this module). Two thresholds on its probability make the
 decisions: under `refuse_below` the question is refused without a model call; at or over
 `quote_above`, an answer that fails the citation check falls back to quoting the evidence.
@@ -12,33 +14,45 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ragserve.rag.evidence import Sentence
-from ragserve.rag.text import content_words
+from ragserve.rag.evidence import Sentence, overlap_share
+from ragserve.rag.question import missing_share
 
 PACKAGED = Path(__file__).with_name("answerability.json")
-# The sentences whose words count towards coverage: the evidence a prompt carries.
+# The sentences a question's specific terms are looked for in: the evidence a prompt carries.
 COVERAGE_SENTENCES = 3
+SIGNALS = (
+    "best_chunk",
+    "best_score",
+    "best_similarity",
+    "margin",
+    "coverage",
+    "missing",
+    "kind_match",
+    "top_two_same_document",
+)
 
 
 def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[str, float]:
     """What answerability is fitted on, from the ranked evidence sentences: how close the best
     chunk and the best sentence are to the question, how far ahead the best sentence is, how
-    much of the question the evidence covers, and whether the two best sentences agree on a
-    document."""
-    measured = {"best_chunk": best_chunk}
+    much of the question the best sentence covers (with its title and section), how many of
+    the question's names, codes and numbers the evidence lacks, whether the best sentence holds
+    the kind of answer asked for, and whether the two best sentences agree on a document."""
     if not ranked:
-        names = ("best_score", "best_similarity", "margin", "coverage", "top_two_same_document")
-        return measured | dict.fromkeys(names, 0.0)
-    asked = content_words(question)
-    seen = set().union(*(content_words(s.text) for s in ranked[:COVERAGE_SENTENCES]))
+        return dict.fromkeys(SIGNALS, 0.0) | {"best_chunk": best_chunk, "missing": 1.0}
+    best = ranked[0]
     second = ranked[1] if len(ranked) > 1 else None
-    return measured | {
-        "best_score": ranked[0].score,
-        "best_similarity": ranked[0].similarity,
-        "margin": ranked[0].score - (second.score if second else 0.0),
-        "coverage": len(asked & seen) / len(asked) if asked else 0.0,
+    evidence = " ".join(s.context for s in ranked[:COVERAGE_SENTENCES])
+    return {
+        "best_chunk": best_chunk,
+        "best_score": best.score,
+        "best_similarity": best.similarity,
+        "margin": best.score - (second.score if second else 0.0),
+        "coverage": overlap_share(question, best.context),
+        "missing": missing_share(question, evidence),
+        "kind_match": best.kind_match,
         "top_two_same_document": float(
-            second is not None and second.chunk.doc_id == ranked[0].chunk.doc_id
+            second is not None and second.chunk.doc_id == best.chunk.doc_id
         ),
     }
 

@@ -1,9 +1,11 @@
 """Citations: whether a source supports a sentence of an answer, and the checker that keeps only
 supported [n] markers (answer.py says how answers use it).
 
-A sentence is supported by a source when the source contains its numbers, its multi-word names
-and terms as written, and enough of its new content words (the threshold); restating the
-question earns nothing. A sentence without a citation gets the best-supporting source when one
+A sentence is supported by a source when the source contains its numbers (with their units:
+"1,800 Euros" is not supported by "1,800 NOK"), its names and multi-word terms as written, and
+enough of its new content words (the threshold), and says it in the same polarity (a claim with
+"not" is not supported by a source sentence without one, nor the other way round); restating
+the question earns nothing. A sentence without a citation gets the best-supporting source when one
 passes (post-hoc attribution, for a small model that cites unreliably).
 """
 
@@ -16,8 +18,11 @@ from ragserve.rag.text import (
     SENTENCE,
     contains_phrase,
     content_words,
+    introduced_names,
     introduced_phrases,
+    negated,
     numbers,
+    quantities,
     sentence_spans,
 )
 
@@ -41,13 +46,24 @@ def support_score(sentence: str, question: str, source: ScoredChunk, strict: boo
     (an invented name cannot pass on words that occur apart)."""
     if strict and not numbers(sentence) - numbers(question) <= numbers(source.text):
         return 0.0
+    if strict and not _units_agree(sentence, source.text):
+        return 0.0
     phrases = introduced_phrases(sentence, question) if strict else []
+    phrases += introduced_names(sentence, question) if strict else []
     if not all(contains_phrase(source.text, p) for p in phrases):
+        return 0.0
+    if strict and negated(sentence) != negated(best_quote(sentence, source)[0]):
         return 0.0
     claims = content_words(sentence) - content_words(question)
     if not claims:
         return 0.0
     return len(claims & content_words(source.text)) / len(claims)
+
+
+def _units_agree(sentence: str, source: str) -> bool:
+    """Every number the sentence gives a unit is written with that unit in the source."""
+    written = quantities(source)
+    return all((number, unit) in written for number, unit in quantities(sentence) if unit)
 
 
 def best_quote(sentence: str, chunk: ScoredChunk) -> tuple[str, int, int]:

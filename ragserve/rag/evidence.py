@@ -1,15 +1,20 @@
 """Evidence below the chunk: the sentences of the permitted chunks that best answer a question.
 
-Each sentence of the retrieved chunks (after the ACL filter, so only permitted text is ever a
-candidate) is scored by the cosine similarity of its embedding to the question's, plus a small
-term for the share of the question's content words it contains, minus a small prior for its
-chunk's retrieval rank. A sentence is read behind its document's title ("Lake Quenmar: Its
-maximum depth is ..."), for the embedding and the word overlap alike, so one that names its
-subject only as "it" or "he" still matches a question that names it. Measured on the
-development set (70 answerable questions, top-5 chunks): the best sentence holds the gold
-answer for 0.557 of questions read alone, 0.657 behind the title; the best three for 0.771 and
-0.843. The best few become the prompt's numbered sources, each keeping its character span in
-its document. Chunks overlap, so a sentence seen twice counts once.
+Candidates are the sentences of the retrieved chunks (after the ACL filter, so only permitted
+text is ever a candidate), table rows included: parsers write a row as one line that names
+each cell by its column ("Month: August | CSAT: 4.6"). A line that is a heading, a title or a
+question (an FAQ's "What is the per diem?") is not an answer: it becomes the section of the
+sentences after it, read with them for word overlap.
+
+Each candidate is scored by the cosine similarity of its embedding to the question's, plus the
+share of the question's content words (Porter stems) that the sentence, its section and its
+document title hold, plus a term for holding the kind of answer the question expects (a time
+for "when", a number for "how many", a name for "who"; question.py), minus a prior for its
+chunk's retrieval rank. The weights come from a logistic fit of "this sentence holds the gold
+answer" on the answerable questions of both development sets (Wikipedia and the workplace
+documents), cross-validated by question, scaled so similarity weighs 1 (docs/evaluation.md
+has the figures). The best few become the prompt's numbered sources, each keeping its
+character span in its document. Chunks overlap, so a sentence seen twice counts once.
 """
 
 from dataclasses import dataclass, replace
@@ -18,16 +23,22 @@ import numpy as np
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.text import content_words, sentence_spans
+from ragserve.rag.question import answer_kind_match
+from ragserve.rag.text import sentence_spans, stems
+
+# A line of at most this many words without a full stop, a colon or a table bar is a heading.
+HEADING_MAX_WORDS = 12
+LIST_MARKS = "-*•+ \t"
 
 
 @dataclass(frozen=True)
 class EvidenceSettings:
     sentences: int = 3
-    overlap_weight: float = 0.2
+    overlap_weight: float = 0.8
+    kind_weight: float = 0.2
     # Subtracted per place of the sentence's chunk in the retrieval ranking.
-    rank_weight: float = 0.01
-    # Sentences shorter than this many characters (headings, list stubs) are not evidence.
+    rank_weight: float = 0.05
+    # Sentences shorter than this many characters (list stubs) are not evidence.
     min_chars: int = 12
 
 
@@ -42,16 +53,56 @@ class Sentence:
     score: float
     similarity: float
     overlap: float
+    # The heading or FAQ question the sentence stands under in its chunk ("" if none).
+    section: str = ""
+    kind_match: float = 0.5
 
     def as_source(self) -> ScoredChunk:
         """The sentence as a prompt source: its chunk's identity, its own text and span."""
         return replace(self.chunk, text=self.text, start=self.start, end=self.end, score=self.score)
 
+    @property
+    def context(self) -> str:
+        """What the sentence says read with its title and section."""
+        return f"{self.chunk.title} {self.section} {self.text}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    place: int
+    chunk: ScoredChunk
+    text: str
+    start: int
+    end: int
+    section: str
+
 
 def overlap_share(question: str, text: str) -> float:
-    """Share of the question's content words that the text contains."""
-    asked = content_words(question)
-    return len(asked & content_words(text)) / len(asked) if asked else 0.0
+    """Share of the question's content words (stems) that the text contains."""
+    asked = stems(question)
+    return len(asked & stems(text)) / len(asked) if asked else 0.0
+
+
+def is_whole_line(text: str, start: int, end: int) -> bool:
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    return not text[line_start:start].strip() and not text[end:line_end].strip()
+
+
+def is_heading(line: str, title: str) -> bool:
+    """A line that names what follows rather than stating something: a Markdown heading, a
+    question, the document's title (unless it ends a sentence), or a short line without a full
+    stop, colon or table bar."""
+    plain = line.strip().lstrip(LIST_MARKS).strip()
+    if plain.startswith("#") or plain.endswith("?"):
+        return True
+    # A one-line note's first line is its title and its content: a full stop keeps it.
+    if plain[-1:] in ".!":
+        return False
+    if plain.lower() == title.strip().lower():
+        return True
+    return ":" not in plain and "|" not in plain and len(plain.split()) <= HEADING_MAX_WORDS
 
 
 class EvidenceSelector:
@@ -59,17 +110,23 @@ class EvidenceSelector:
         self.embedder = embedder
         self.settings = settings or EvidenceSettings()
 
-    def candidates(self, chunks: list[ScoredChunk]) -> list[tuple[int, ScoredChunk, str, int, int]]:
-        """(chunk rank, chunk, sentence, start, end) of each distinct sentence."""
+    def candidates(self, chunks: list[ScoredChunk]) -> list[Candidate]:
+        """Each distinct sentence that could be an answer, with the section it stands under."""
         seen: set[tuple[str, int]] = set()
         found = []
         for place, chunk in enumerate(chunks):
+            section = ""
             for text, start, end in sentence_spans(chunk.text):
+                if is_whole_line(chunk.text, start, end) and is_heading(text, chunk.title):
+                    section = text.lstrip("#").strip()
+                    continue
                 key = (chunk.doc_id, chunk.start + start)
                 if len(text) < self.settings.min_chars or key in seen:
                     continue
                 seen.add(key)
-                found.append((place, chunk, text, chunk.start + start, chunk.start + end))
+                found.append(
+                    Candidate(place, chunk, text, chunk.start + start, chunk.start + end, section)
+                )
         return found
 
     def rank(self, question: str, chunks: list[ScoredChunk]) -> list[Sentence]:
@@ -77,19 +134,34 @@ class EvidenceSelector:
         found = self.candidates(chunks)
         if not found:
             return []
-        in_context = [f"{chunk.title}: {text}" for _, chunk, text, _, _ in found]
-        vectors = self.embedder.embed([question, *in_context])
+        vectors = self.embedder.embed([question, *(c.text for c in found)])
         similarities = np.asarray(vectors[1:]) @ np.asarray(vectors[0])
+        s = self.settings
         ranked = []
-        for (place, chunk, text, start, end), similarity in zip(found, similarities, strict=True):
-            overlap = overlap_share(question, f"{chunk.title} {text}")
+        for candidate, similarity in zip(found, similarities, strict=True):
+            chunk = candidate.chunk
+            overlap = overlap_share(question, f"{chunk.title} {candidate.section} {candidate.text}")
+            kind = answer_kind_match(question, candidate.text)
             score = (
                 float(similarity)
-                + self.settings.overlap_weight * overlap
-                - self.settings.rank_weight * place
+                + s.overlap_weight * overlap
+                + s.kind_weight * kind
+                - s.rank_weight * candidate.place
             )
-            ranked.append(Sentence(chunk, text, start, end, score, float(similarity), overlap))
-        return sorted(ranked, key=lambda s: -s.score)
+            ranked.append(
+                Sentence(
+                    chunk,
+                    candidate.text,
+                    candidate.start,
+                    candidate.end,
+                    score,
+                    float(similarity),
+                    overlap,
+                    candidate.section,
+                    kind,
+                )
+            )
+        return sorted(ranked, key=lambda sentence: -sentence.score)
 
     def select(self, question: str, chunks: list[ScoredChunk]) -> list[Sentence]:
         return self.rank(question, chunks)[: self.settings.sentences]

@@ -3,11 +3,41 @@ check and answerability read."""
 
 import re
 
+from ragserve.rag.keyword import terms
+
 CITATION = re.compile(r"\s*\[(\d+)\]")
-# A sentence ends at . ! ? before a space or the end, or at a line break ("6.3" stays whole).
-SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|(?=\n)|$)")
+# A sentence ends at . ! ? before a space or the end ("6.3" stays whole), or at a line break
+# unless the next line goes on in lower case (a paragraph wrapped by hand): headings, list
+# items, table rows and "Date: ..." lines stay sentences of their own.
+SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?])|\n(?=[ \t]*[a-z]))+(?:[.!?]+|(?=\n)|$)")
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
+# A number and the word or symbol after it (its unit, when it has one).
+QUANTITY = re.compile(r"(\d[\d,.]*\d|\d)(?:\s?(%|€|\$|£|[A-Za-z]+))?")
+UNIT_NAMES = {
+    "euro": "eur",
+    "euros": "eur",
+    "€": "eur",
+    "krone": "nok",
+    "kroner": "nok",
+    "kr": "nok",
+    "dollar": "usd",
+    "dollars": "usd",
+    "$": "usd",
+    "pound": "gbp",
+    "pounds": "gbp",
+    "£": "gbp",
+    "percent": "%",
+    "%": "%",
+    "eur": "eur",
+    "nok": "nok",
+    "usd": "usd",
+    "gbp": "gbp",
+}
+UNIT_CODE = re.compile(r"[A-Z]{2,4}")
+NEGATION = re.compile(
+    r"\b(not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE
+)
 # Capitalised words (with inner hyphens or apostrophes) joined by single spaces or hyphens.
 NAME_PHRASE = re.compile(r"[A-Z][\w'’]*(?:[ -][A-Z][\w'’]*)+")
 STOPWORDS = frozenset(
@@ -115,6 +145,14 @@ def content_words(text: str) -> set[str]:
     return {w[:STEM_CHARS] for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
 
 
+def stems(text: str) -> set[str]:
+    """Content words as Porter stems (chaired, chair; allowances, allowance), small numbers
+    as digits: what evidence selection and answerability compare a question with."""
+    words = (NUMBER_WORDS.get(w, w) for w in WORD.findall(text.lower()))
+    kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+    return set(terms(" ".join(kept)))
+
+
 def sentence_spans(text: str) -> list[tuple[str, int, int]]:
     """The text's sentences, stripped, with their character spans in it."""
     spans = []
@@ -130,8 +168,35 @@ def numbers(text: str) -> set[str]:
     return {n.replace(",", "").rstrip(".") for n in NUMBER.findall(text)}
 
 
+def quantities(text: str) -> set[tuple[str, str]]:
+    """Each number with its unit when one is written after it: a currency or percent under
+    one name however written ("1,800 Euros", "1,800 EUR", "€": ("1800", "eur")), or a unit
+    code in capitals ("40 GB"); "" for anything else (words like "days" are content words,
+    checked as such)."""
+    found = set()
+    for match in QUANTITY.finditer(text):
+        written = match.group(2) or ""
+        unit = UNIT_NAMES.get(written.lower(), "")
+        if not unit and UNIT_CODE.fullmatch(written):
+            unit = written.lower()
+        found.add((match.group(1).replace(",", "").rstrip("."), unit))
+    return found
+
+
+def negated(text: str) -> bool:
+    return bool(NEGATION.search(text))
+
+
 def _normalised(text: str) -> str:
     return " " + " ".join(re.findall(r"[\w'’]+", text.lower())) + " "
+
+
+def introduced_names(sentence: str, question: str) -> list[str]:
+    """Capitalised words after a sentence's first word that the question does not give: the
+    names a claim introduces ("Sofie", "Tallinn")."""
+    asked = _normalised(question)
+    words = re.findall(r"(?<=[\w,;:)] )[A-Z][\w'’-]+", sentence)
+    return [w for w in words if f" {w.lower()} " not in asked]
 
 
 def introduced_phrases(sentence: str, question: str) -> list[str]:

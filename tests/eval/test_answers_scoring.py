@@ -55,7 +55,13 @@ def test_a_schema_answers_claims_are_its_cited_values():
 def record(kind: str, refused: bool, **fields) -> dict:
     timings = {"retrieval_ms": 10.0, "total_ms": 100.0}
     usage = {} if refused else {"prompt_tokens": 300, "completion_tokens": 20}
-    base = {"kind": kind, "refused": refused, "gold_retrieved": True, "timings": timings}
+    base = {
+        "kind": kind,
+        "type": "single",
+        "refused": refused,
+        "gold_retrieved": True,
+        "timings": timings,
+    }
     base["mode"] = "refused" if refused else "generated"
     return base | {"usage": usage} | fields
 

@@ -8,7 +8,7 @@ import openai
 import pydantic
 import pytest
 
-from ragserve.rag.prompt import REFUSAL
+from ragserve.rag.answer_result import REFUSALS
 from tests.server.test_answers import MODEL, SECRET, SECRET_FACTS, ask, rag  # noqa: F401
 
 YEAR = {
@@ -74,7 +74,7 @@ def test_restricted_facts_never_fill_a_schema(server, rag):  # noqa: F811
             assert leak not in raw
         events = [line[6:] for line in raw.splitlines() if line.startswith("data: {")]
         last = json.loads(events[-1] if stream else raw)
-        assert last["refused"] and last["value"] is None and last["answer"] == REFUSAL
+        assert last["refused"] and last["value"] is None and last["answer"] in REFUSALS.values()
 
 
 def test_a_bad_schema_is_a_400_even_when_the_answer_would_be_refused(server, rag):  # noqa: F811
@@ -112,7 +112,7 @@ def test_the_rag_model_parses_into_a_pydantic_model_or_refuses(server, rag):  # 
     built = parse("In which year was the Old Harbour lighthouse built?")
     assert built.parsed == Built(year=1874) and built.refusal is None
     refused = parse("In which year does Project Falcon launch the drone?")
-    assert refused.parsed is None and refused.refusal == REFUSAL
+    assert refused.parsed is None and refused.refusal in REFUSALS.values()
     assert SECRET[:20] not in refused.model_dump_json()
     with pytest.raises(openai.BadRequestError, match="regex"):
         api.chat.completions.create(

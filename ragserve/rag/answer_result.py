@@ -1,0 +1,76 @@
+"""What an answer is: its text, how it was made, its citations, and why a refusal refused.
+
+Kept apart from the service that makes answers (answer.py) so that the server, the CLI and
+evaluation read results without the answer path's parts.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ragserve.rag.citations import Citation
+from ragserve.rag.evidence import Sentence
+
+Mode = Literal["generated", "extractive", "refused"]
+AnswerStyle = Literal["quote", "generate", "auto"]
+RefusalReason = Literal["no_match", "not_stated"]
+REFUSALS: dict[RefusalReason, str] = {
+    "no_match": "Nothing in the documents you can read matches this question.",
+    "not_stated": "The documents you can read that match this question do not state the answer.",
+}
+# Related passages shown with a "not_stated" refusal.
+RELATED_PASSAGES = 2
+
+
+@dataclass
+class AnswerResult:
+    answer: str
+    mode: Mode
+    citations: list[Citation] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    # The calibrated probability that the evidence answers the question.
+    answerability: float | None = None
+    # A schema answer: the parsed JSON (answer is its JSON text), and the sources of each
+    # supported value by JSON pointer.
+    value: Any = None
+    field_citations: dict[str, list[int]] = field(default_factory=dict)
+    # Why a refusal refused, and (for "not_stated") the closest permitted passages, cited.
+    refusal: RefusalReason | None = None
+    related: list[Citation] = field(default_factory=list)
+    # The standalone query retrieval ran on (the question itself unless it was a follow-up).
+    query: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.mode == "refused"
+
+
+def refusal(
+    reason: RefusalReason = "not_stated",
+    answerability: float | None = None,
+    related: Sequence[Sentence] = (),
+) -> AnswerResult:
+    return AnswerResult(
+        REFUSALS[reason],
+        "refused",
+        answerability=answerability,
+        refusal=reason,
+        related=[cite(n, s, 0.0) for n, s in enumerate(related[:RELATED_PASSAGES], start=1)],
+    )
+
+
+@dataclass
+class AnswerEvent:
+    """A piece of streamed text, or (when result is set) the final answer."""
+
+    text: str = ""
+    result: AnswerResult | None = None
+
+
+def cite(n: int, sentence: Sentence, support: float = 1.0) -> Citation:
+    """Source n: the sentence quoted exactly, with its span in its document. A related
+    passage of a refusal supports nothing (support 0)."""
+    chunk = sentence.chunk
+    span = (sentence.start, sentence.end)
+    return Citation(n, chunk.doc_id, chunk.chunk_id, chunk.title, *span, sentence.text, support)

@@ -1,0 +1,215 @@
+"""Answers on an organisation's own documents: tables, FAQs, meeting notes, two-part and
+follow-up questions, units and negations, and refusals that say why."""
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from ragserve.rag.answer import AnswerService, AnswerSettings
+from ragserve.rag.answer_result import REFUSALS, AnswerResult
+from ragserve.rag.answerability import Answerability
+from ragserve.rag.documents import AccessFilter, Acl
+from ragserve.rag.evidence import EvidenceSelector
+from ragserve.rag.ingest import Ingestor, SourceDocument
+from ragserve.rag.prompt import PromptBuilder
+from ragserve.rag.retrieval import RetrievalSettings, Retriever
+from ragserve.rag.stores.sqlite import SqliteStore
+from tests.rag.test_answer import replying
+
+HANDBOOK = """# Staff handbook
+
+## Annual leave
+
+Every employee gets 25 days of annual leave per calendar year. Up to 5 unused days can be
+carried over to the next year, and carried-over days must be taken by 31 March.
+
+## Relocation
+
+The relocation allowance is 1,800 NOK per month for the first six months. Contractors are not
+eligible for the relocation allowance.
+"""
+REPORT = """# Support report, third quarter
+
+Ticket volume rose in August after the firmware release.
+
+| Month | Tickets | CSAT |
+|---|---|---|
+| July | 980 | 4.4 |
+| August | 1,204 | 4.6 |
+| September | 1,100 | 4.5 |
+"""
+FAQ = """Travel FAQ
+
+What is the per diem for domestic travel?
+The daily meal allowance for domestic travel is 450 NOK.
+
+Can I fly business class?
+Business class always needs written approval from the finance director.
+"""
+NOTES = """Harbour project - steering group meeting notes
+
+Date: 3 March 2025, 09:00-10:30
+Chair: Ingrid Solberg
+Minutes: Ola Berg
+
+Decisions
+The group approved the tender documents for the new quay.
+
+Action items
+Ola Berg - book the site visit with the contractor - 14 March
+Ingrid Solberg - circulate the revised budget to the board - 10 March
+"""
+BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
+
+STAFF = AccessFilter("acme", "sue", ("staff",))
+STRANGER = AccessFilter("globex", "bob", ("staff",))
+
+
+@pytest.fixture(scope="module")
+def documents(embedder, tmp_path_factory):
+    store = SqliteStore(tmp_path_factory.mktemp("answers") / "index.sqlite", embedder.dimension)
+    ingestor = Ingestor(store, embedder)
+    staff = Acl.of(groups=["staff"])
+    for name, text, acl in (
+        ("handbook.md", HANDBOOK, staff),
+        ("report.md", REPORT, staff),
+        ("faq.txt", FAQ, staff),
+        ("notes.txt", NOTES, staff),
+        ("board.txt", BOARD, Acl.of(groups=["board"])),
+    ):
+        assert ingestor.ingest(SourceDocument(name, text.encode()), "acme", "root", acl).ok
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def answers(documents, embedder, llm_fp32) -> AnswerService:
+    return AnswerService(
+        Retriever(documents, embedder, RetrievalSettings()),
+        EvidenceSelector(embedder),
+        Answerability.load(),
+        PromptBuilder(llm_fp32.get_tokenizer(), 2048, 48, 1200),
+        AnswerSettings(style="quote"),
+    )
+
+
+def ask(answers: AnswerService, question: str, generate=None, **options) -> AnswerResult:
+    async def go():
+        events = [e async for e in answers.answer(STAFF, question, generate, **options)]
+        assert len(events) == 1, "one event: the checked answer, never a draft before it"
+        return events[0].result
+
+    return asyncio.run(go())
+
+
+def quoted_sources(result: AnswerResult, store) -> set[str]:
+    return {store.get_document(STAFF, c.doc_id).source for c in result.citations}
+
+
+def always_answering(answers: AnswerService) -> AnswerService:
+    """The same path with answerability that never refuses: for tests of what is chosen."""
+    never = replace(answers.answerability, refuse_below=0.0, quote_above=0.0)
+    return AnswerService(
+        answers.retriever, answers.selector, never, answers.builder, answers.settings
+    )
+
+
+def test_a_table_row_with_its_headers_is_the_answer(answers):
+    result = ask(always_answering(answers), "What was the CSAT score in August?")
+    assert result.mode == "extractive", result
+    assert "Month: August | Tickets: 1,204 | CSAT: 4.6" in result.answer
+
+
+def test_an_faq_answer_is_quoted_not_its_question(answers):
+    result = ask(answers, "What's the daily allowance for domestic trips?")
+    assert "450 NOK" in result.answer, result
+    assert "What is the per diem" not in result.answer
+
+
+def test_a_two_part_question_gets_both_facts_and_no_headings(answers):
+    question = "Who chaired the harbour steering meeting, and what is that person's action item?"
+    result = ask(answers, question)
+    assert "Ingrid Solberg" in result.answer and "revised budget" in result.answer, result
+    assert "meeting notes" not in result.answer and "Action items" not in result.answer
+    assert len(result.citations) >= 2
+
+
+def test_a_follow_up_is_read_with_the_earlier_question(answers):
+    result = ask(
+        answers,
+        "And how many of them can I carry over?",
+        history=["How many days of annual leave do I get?"],
+    )
+    assert "5 unused days" in result.answer, result
+    assert "annual leave" in result.query
+
+
+def test_a_follow_up_never_brings_back_what_the_reader_cannot_read(answers, documents):
+    result = ask(
+        answers,
+        "And who gets it?",
+        history=["What bonus did the board approve for the harbour project?"],
+    )
+    shown = [*result.citations, *result.related]
+    assert all(documents.get_document(STAFF, c.doc_id) is not None for c in shown)
+    assert "9,000" not in result.answer and all("9,000" not in c.quote for c in shown)
+
+
+def test_refusals_say_whether_anything_matched(answers):
+    nothing = ask(answers, "Which opera did Puccini compose in 1900?")
+    assert nothing.refusal == "no_match" and nothing.answer == REFUSALS["no_match"]
+    assert nothing.related == []
+    unstated = ask(answers, "How many parking spaces does the harbour office have?")
+    assert unstated.refusal == "not_stated", unstated
+    assert unstated.answer == REFUSALS["not_stated"] and unstated.related
+    assert all(c.support == 0.0 for c in unstated.related)
+
+
+def test_a_reader_of_another_tenant_hears_nothing_matched(answers):
+    async def go():
+        return [
+            e async for e in answers.answer(STRANGER, "What is the relocation allowance?", None)
+        ]
+
+    (event,) = asyncio.run(go())
+    assert event.result.refusal == "no_match" and event.result.related == []
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "The relocation allowance is 1,800 Euros per month [1].",
+        "Contractors are eligible for the relocation allowance [1].",
+    ],
+)
+def test_a_reply_with_another_unit_or_polarity_never_passes_the_check(answers, reply):
+    prompts: list[str] = []
+    tokenizer = answers.builder.tokenizer
+    question = "What is the relocation allowance, and can contractors get it?"
+    result = ask(answers, question, replying(reply, prompts, tokenizer), style="generate")
+    assert prompts, "generate style calls the model"
+    assert result.mode != "generated", result
+    assert "Euros" not in result.answer and "are eligible" not in result.answer
+
+
+def test_a_reply_that_states_what_the_source_says_is_kept(answers):
+    prompts: list[str] = []
+    reply = "The relocation allowance is 1,800 NOK per month [1]."
+    result = ask(
+        answers,
+        "What is the relocation allowance?",
+        replying(reply, prompts, answers.builder.tokenizer),
+        style="generate",
+    )
+    assert result.mode == "generated" and "1,800 NOK" in result.answer, result
+
+
+def test_the_style_is_chosen_per_request(answers):
+    prompts: list[str] = []
+    generate = replying("x", prompts, answers.builder.tokenizer)
+    quoted = ask(answers, "What is the relocation allowance?", generate, style="quote")
+    assert prompts == [] and quoted.mode == "extractive"
+    one_sentence = ask(answers, "What is the relocation allowance?", generate, style="auto")
+    if len(one_sentence.citations) == 1:
+        assert prompts == [], "auto quotes when one sentence states the answer"
