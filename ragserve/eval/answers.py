@@ -82,6 +82,7 @@ async def answer_one(
     generate: Generate,
     access: AccessFilter,
     schema: str | None = None,
+    history: tuple[str, ...] = (),
 ) -> tuple[AnswerResult, str]:
     """The answer, and the model's raw text for the answer prompt (the last prompt it ran)."""
     raw = [""]
@@ -94,25 +95,38 @@ async def answer_one(
             yield output
 
     result = None
-    async for event in service.answer(access, question, recording, schema=schema):
+    events = service.answer(access, question, recording, schema=schema, history=history)
+    async for event in events:
         result = event.result or result
     assert result is not None
     return result, raw[0]
 
 
-# The answer path with parts taken away, to measure what each part buys, all generating: sentence
+# The answer path with parts taken away, to measure what each part buys. Generating: sentence
 # selection alone (content-word citation check, no quote fallback, the old refusal rule: closest
-# chunk under cosine 0.5), then with the strict check, then with the fallback; "full" is the
-# configured path (calibrated answerability, and the configured answer_style).
-VARIANTS = ("sentences", "strict", "fallback", "full")
+# chunk under cosine 0.5), then with the strict check, then with the fallback. In the configured
+# style: "one-sentence" answers with the best sentence (and a close second) only, no sentences
+# chosen to cover the rest of the question; "no-history" asks follow-ups without their
+# conversation. "full" is the configured path.
+VARIANTS = ("sentences", "strict", "fallback", "one-sentence", "no-history", "full")
 SIMILARITY_RULE = Answerability("closest-chunk-0.5", ("best_chunk",), (1000.0,), -500.0, 0.5, 0.5)
 
 
 def ablated(service: AnswerService, variant: str) -> AnswerService:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: {', '.join(VARIANTS)}")
-    if variant == "full":
+    if variant in ("full", "no-history"):
         return service
+    if variant == "one-sentence":
+        settings = replace(service.settings, answer_sentences=1)
+        return AnswerService(
+            service.retriever,
+            service.selector,
+            service.answerability,
+            service.builder,
+            settings,
+            service.reranker,
+        )
     settings = replace(
         service.settings,
         style="generate",
@@ -135,6 +149,7 @@ async def answer_all(
     generate: Generate,
     progress: Callable[[int], None] | None = None,
     schema: str | None = None,
+    with_history: bool = True,
 ) -> list[tuple[AnswerResult, str]]:
     limit = asyncio.Semaphore(MAX_CONCURRENT)
     done = 0
@@ -142,7 +157,10 @@ async def answer_all(
     async def one(item: QAItem) -> tuple[AnswerResult, str]:
         nonlocal done
         async with limit:
-            outcome = await answer_one(service, item.question, generate, everything(), schema)
+            history = item.history if with_history else ()
+            outcome = await answer_one(
+                service, item.question, generate, everything(), schema, history
+            )
         done += 1
         if progress is not None:
             progress(done)
@@ -159,11 +177,13 @@ def score(
     retriever = context.retriever()
     records = []
     for item, (result, raw) in zip(context.items, outcomes, strict=True):
-        retrieved = retriever.retrieve(everything(), item.question).chunks
+        retrieved = retriever.retrieve(everything(), result.query or item.question).chunks
         passages = {c.chunk_id: c.text for c in retrieved}
         record = {
             "qid": item.qid,
             "kind": item.kind,
+            "type": item.type,
+            "refusal": result.refusal,
             "refused": result.refused,
             "mode": result.mode,
             "answerability": result.answerability,
@@ -176,7 +196,8 @@ def score(
         }
         if item.answerable:
             answered = "" if result.refused else CITATION.sub("", result.answer)
-            record["correct"] = contains_answer(answered, item.answers)
+            # Every needed fact (a two-part question has two), each given as aliases.
+            record["correct"] = all(contains_answer(answered, fact) for fact in item.facts)
             record["f1"] = token_f1(answered, item.answers)
             record["raw_correct"] = contains_answer(raw, item.answers)
         if not result.refused:
@@ -224,6 +245,15 @@ def summarize(records: list[dict]) -> dict:
                 [r["refused"] for r in records if r["kind"] == "unanswerable"]
             ),
         },
+        "by_type": {
+            kind: {
+                "questions": len(group),
+                "correct": _mean([r["correct"] for r in group]),
+                "refused": _mean([r["refused"] for r in group]),
+            }
+            for kind in dict.fromkeys(r["type"] for r in answerable)
+            for group in [[r for r in answerable if r["type"] == kind]]
+        },
         "latency_ms": {
             name: summary([r["timings"][name] for r in records if name in r["timings"]])
             for name in ("retrieval_ms", "ttft_ms", "total_ms")
@@ -253,6 +283,13 @@ def to_markdown(report: dict) -> str:
         "## Generation",
         "",
         markdown_table(["metric", "value"], [[k, v] for k, v in generation.items()]),
+        "",
+        "## Answerable questions by type (correct: every needed fact in the answer)",
+        "",
+        markdown_table(
+            ["type", "questions", "correct", "refused"],
+            [[k, *v.values()] for k, v in report["by_type"].items()],
+        ),
         "",
         "## Refusal (positive: refused; relevant: unanswerable)",
         "",

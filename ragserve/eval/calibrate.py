@@ -1,12 +1,14 @@
-"""`ragserve eval calibrate`: fit the answerability model on a QA set's answerable and
-unanswerable questions.
+"""`ragserve eval calibrate`: fit the answerability model on the answerable and unanswerable
+questions of one or more QA sets (each over its own corpus).
 
 For every question the product's own retrieval and evidence selection run over the evaluation
-index, and the signals of answerability.py are measured. A logistic regression (scikit-learn,
-features standardised, L2) is fitted; its quality is judged on out-of-fold probabilities from
-stratified k-fold cross-validation, never on the questions a fold was fitted on, and so is the
-refusal threshold: the probability that maximises refusal F1 (refused vs unanswerable) on the
-out-of-fold predictions, the lower one on ties, so fewer answerable questions are refused.
+index (a follow-up with its earlier questions, as the product reads it), and the signals of
+answerability.py are measured. A logistic regression (scikit-learn, features standardised, L2)
+is fitted on the union of the sets; its quality is judged on out-of-fold probabilities from
+k-fold cross-validation stratified by set and label, never on the questions a fold was fitted
+on, and reported per set, and so is the refusal threshold: the probability that maximises
+refusal F1 (refused vs unanswerable) on the out-of-fold predictions, the lower one on ties, so
+fewer answerable questions are refused.
 The final model is refitted on every question and written as the versioned file the product
 loads (answerability.json), with the figures it was chosen by.
 """
@@ -25,21 +27,15 @@ from sklearn.preprocessing import StandardScaler
 from ragserve.eval.context import EvalContext
 from ragserve.eval.index import everything
 from ragserve.eval.metrics import precision_recall_f1
-from ragserve.rag.answerability import Answerability, signals
+from ragserve.rag.answerability import SIGNALS, Answerability, signals
+from ragserve.rag.conversation import standalone_query
 from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.reports import markdown_table, run_section, write_report
 
-# Chosen on the development set by cross-validated AUC and refusal F1 among the signals of
-# answerability.py (docs/evaluation.md lists the others' figures).
-FEATURES = ("best_chunk", "best_similarity", "top_two_same_document")
-SIGNALS = (
-    "best_chunk",
-    "best_score",
-    "best_similarity",
-    "margin",
-    "coverage",
-    "top_two_same_document",
-)
+# Chosen by cross-validated AUC on the union of the development sets (Wikipedia and the
+# workplace documents) among the signals of answerability.py (docs/evaluation.md has the
+# figures).
+FEATURES = ("best_chunk", "best_score", "missing", "coverage", "kind_match")
 
 
 def measure(context: EvalContext) -> list[dict[str, Any]]:
@@ -49,10 +45,18 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
     selector = EvidenceSelector(context.embedder, settings)
     rows = []
     for item in context.items:
-        retrieval = retriever.retrieve(everything(), item.question)
-        ranked = selector.rank(item.question, retrieval.chunks)
-        measured = signals(item.question, ranked, retrieval.best_similarity)
-        rows.append({"qid": item.qid, "answerable": int(item.answerable), **measured})
+        query = standalone_query(item.question, item.history)
+        retrieval = retriever.retrieve(everything(), query)
+        ranked = selector.rank(query, retrieval.chunks)
+        measured = signals(query, ranked, retrieval.best_similarity)
+        rows.append(
+            {
+                "set": context.dataset_path.name,
+                "qid": item.qid,
+                "answerable": int(item.answerable),
+                **measured,
+            }
+        )
     return rows
 
 
@@ -76,7 +80,8 @@ def fit(
 ) -> tuple[Answerability, dict[str, Any]]:
     x = np.array([[row[f] for f in FEATURES] for row in rows])
     y = np.array([row["answerable"] for row in rows])
-    splits = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    strata = [f"{row.get('set', '')}:{row['answerable']}" for row in rows]
+    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, strata))
     out_of_fold = cross_val_predict(_model(c), x, y, cv=splits, method="predict_proba")[:, 1]
     threshold, f1 = best_threshold(out_of_fold, y)
     refused = out_of_fold < threshold
@@ -101,6 +106,12 @@ def fit(
         "cv_refusal_f1": f1,
         "cv_answerable_refused": float(refused[y == 1].mean()),
         "cv_unanswerable_refused": float(refused[y == 0].mean()),
+        "per_set": {
+            name: _set_figures(
+                out_of_fold, y, refused, [row.get("set", "") == name for row in rows]
+            )
+            for name in dict.fromkeys(row.get("set", "") for row in rows)
+        },
         "single_signal_auc": {
             f: float(roc_auc_score(y, [row[f] for row in rows])) for f in SIGNALS
         },
@@ -108,6 +119,21 @@ def fit(
         "labels": [int(v) for v in y],
     }
     return model, figures
+
+
+def _set_figures(
+    probabilities: np.ndarray, y: np.ndarray, refused: np.ndarray, inside: list[bool]
+) -> dict[str, float]:
+    mask = np.array(inside)
+    labels, chosen = y[mask], refused[mask]
+    both = len(set(labels)) == 2
+    return {
+        "questions": int(mask.sum()),
+        "cv_auc": float(roc_auc_score(labels, probabilities[mask])) if both else float("nan"),
+        "cv_refusal_f1": precision_recall_f1(list(chosen), list(labels == 0)).f1,
+        "cv_answerable_refused": float(chosen[labels == 1].mean()),
+        "cv_unanswerable_refused": float(chosen[labels == 0].mean()) if both else float("nan"),
+    }
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -125,6 +151,20 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{model['refuse_below']:.3f}: refusal F1 {figures['cv_refusal_f1']:.3f}, answerable "
             f"refused {figures['cv_answerable_refused']:.3f}, unanswerable refused "
             f"{figures['cv_unanswerable_refused']:.3f}.",
+            "",
+            "Per set (out of fold, at the chosen threshold):",
+            "",
+            markdown_table(
+                [
+                    "set",
+                    "questions",
+                    "AUC",
+                    "refusal F1",
+                    "answerable refused",
+                    "unanswerable refused",
+                ],
+                [[name, *f.values()] for name, f in figures["per_set"].items()],
+            ),
             "",
             "Each signal alone (AUC):",
             "",

@@ -124,8 +124,15 @@ def answers(
     limit: Annotated[int | None, typer.Option(help="Only the first N questions.")] = None,
     variant: Annotated[
         str,
-        typer.Option(help="Ablation: sentences, strict, fallback or full (the product's path)."),
+        typer.Option(
+            help="Ablation: sentences, strict, fallback, one-sentence, no-history or full "
+            "(the product's path)."
+        ),
     ] = "full",
+    style: Annotated[
+        str | None,
+        typer.Option(help="Answer style: quote, generate or auto (default: the setting)."),
+    ] = None,
     schema: Annotated[
         Path | None,
         typer.Option(
@@ -146,8 +153,13 @@ def answers(
     if variant not in evaluation.VARIANTS:
         console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
         raise typer.Exit(2)
+    if style not in (None, "quote", "generate", "auto"):
+        console.print("[red]error:[/red] --style: one of quote, generate, auto")
+        raise typer.Exit(2)
     schema_text = _schema(schema)
     settings = load_settings(config)
+    if style is not None:
+        settings = settings.model_copy(update={"answer_style": style})
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
     with running_engine(settings) as runner, console.status("answering") as status:
@@ -159,6 +171,7 @@ def answers(
                 runner.generator("eval", "eval", "answer"),
                 lambda done: status.update(f"answering: {done}/{len(context.items)}"),
                 schema_text,
+                with_history=variant != "no-history",
             )
         )
         services.store.close()
@@ -256,6 +269,13 @@ def safety(
 def calibrate(
     dataset: DatasetOption,
     corpus: CorpusOption = "wiki",
+    also: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another QA set as DATASET=CORPUS (repeatable): the fit and the folds take "
+            "the union of all sets, and the figures are reported per set."
+        ),
+    ] = None,
     corpus_limit: CorpusLimitOption = None,
     folds: Annotated[int, typer.Option(help="Cross-validation folds.", min=2)] = 5,
     save_to: Annotated[
@@ -271,18 +291,24 @@ def calibrate(
     from ragserve.eval import calibrate as calibration
 
     settings = load_settings(config)
-    context = _open(settings, dataset, corpus, corpus_limit)
-    with console.status("measuring answerability signals"):
-        rows = calibration.measure(context)
+    pairs = [(dataset, corpus)]
+    for extra in also or []:
+        name, separator, extra_corpus = extra.partition("=")
+        if not separator or not name or not extra_corpus:
+            console.print(f"[red]error:[/red] --also takes DATASET=CORPUS, got {extra!r}")
+            raise typer.Exit(2)
+        pairs.append((Path(name), extra_corpus))
+    rows, metas = [], []
+    for set_dataset, set_corpus in pairs:
+        context = _open(settings, set_dataset, set_corpus, corpus_limit)
+        with console.status(f"measuring answerability signals on {set_dataset}"):
+            rows += calibration.measure(context)
+        metas.append(context.metadata())
+        context.close()
     model, figures = calibration.fit(rows, folds)
-    report = {
-        "meta": context.metadata(folds=folds),
-        "model": model.__dict__,
-        "figures": figures,
-        "signals": rows,
-    }
-    context.close()
+    meta = metas[0] | {"sets": metas, "folds": folds}
+    report = {"meta": meta, "model": model.__dict__, "figures": figures, "signals": rows}
     if save_to is not None:
-        save_to.write_text(model.to_json(fitted_on=report["meta"], cv=figures["cv_auc"]))
+        save_to.write_text(model.to_json(fitted_on=meta, cv=figures["cv_auc"]))
     paths = calibration.write(report, out)
     finish(report, calibration.to_markdown(report), paths, as_json)
