@@ -177,11 +177,14 @@ def answer_routes(state: ServerState) -> APIRouter:
             try:
                 for event in _chain(first, events):
                     async for item in event:
+                        # The checked text as one token event, then the answer with its
+                        # citations (a draft is never streamed before its check).
+                        if item.text:
+                            token = {"type": "token", "text": item.text}
+                            yield f"data: {json.dumps(token)}\n\n"
                         if item.result is not None:
                             payload = {"type": "answer", **answer_json(item.result)}
-                        else:
-                            payload = {"type": "token", "text": item.text}
-                        yield f"data: {json.dumps(payload)}\n\n"
+                            yield f"data: {json.dumps(payload)}\n\n"
                 yield "data: [DONE]\n\n"
             except APIError as error:
                 yield f"data: {json.dumps({'type': 'error', 'message': error.message})}\n\n"
