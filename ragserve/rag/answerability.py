@@ -18,8 +18,6 @@ from ragserve.rag.evidence import Sentence, overlap_share
 from ragserve.rag.question import missing_share
 
 PACKAGED = Path(__file__).with_name("answerability.json")
-# The sentences a question's specific terms are looked for in: the evidence a prompt carries.
-COVERAGE_SENTENCES = 3
 SIGNALS = (
     "best_chunk",
     "best_score",
@@ -36,20 +34,23 @@ def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[st
     """What answerability is fitted on, from the ranked evidence sentences: how close the best
     chunk and the best sentence are to the question, how far ahead the best sentence is, how
     much of the question the best sentence covers (with its title and section), how many of
-    the question's names, codes and numbers the evidence lacks, whether the best sentence holds
-    the kind of answer asked for, and whether the two best sentences agree on a document."""
+    the question's names, codes and numbers the best sentence's passage lacks, whether the best
+    sentence holds the kind of answer asked for, and whether the two best sentences agree on a
+    document."""
     if not ranked:
         return dict.fromkeys(SIGNALS, 0.0) | {"best_chunk": best_chunk, "missing": 1.0}
     best = ranked[0]
     second = ranked[1] if len(ranked) > 1 else None
-    evidence = " ".join(s.context for s in ranked[:COVERAGE_SENTENCES])
+    # The passage around the best sentence: a date or a name the question gives is often in
+    # another line of it ("Date: 15 October" above "Minutes: Tomas Holm").
+    passage = f"{best.chunk.title} {best.chunk.text}"
     return {
         "best_chunk": best_chunk,
         "best_score": best.score,
         "best_similarity": best.similarity,
         "margin": best.score - (second.score if second else 0.0),
         "coverage": overlap_share(question, best.context),
-        "missing": missing_share(question, evidence),
+        "missing": missing_share(question, passage),
         "kind_match": best.kind_match,
         "top_two_same_document": float(
             second is not None and second.chunk.doc_id == best.chunk.doc_id
