@@ -6,19 +6,9 @@ of block_size lanes (the query-key products become vector multiply-adds with no 
 and one block of values as block_size rows to accumulate.
 """
 
-import logging
-
 import torch
 
-logger = logging.getLogger(__name__)
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def kv_bytes_per_token(
-    num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
-) -> int:
-    return 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
 
 
 class KVCache:
@@ -40,36 +30,6 @@ class KVCache:
         self.values = torch.zeros(
             (num_layers, num_kv_heads, num_blocks, block_size, head_dim), dtype=dtype
         )
-
-    @classmethod
-    def within_budget(
-        cls,
-        num_layers: int,
-        num_kv_heads: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        memory_bytes: int,
-        block_size: int,
-    ) -> "KVCache":
-        """As many whole blocks as memory_bytes holds; a ValueError if not even one."""
-        per_token = kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
-        num_blocks = memory_bytes // (per_token * block_size)
-        if num_blocks < 1:
-            raise ValueError(
-                f"kv_cache_memory_bytes={memory_bytes} holds no block of {block_size} tokens "
-                f"({per_token} bytes per token)"
-            )
-        cache = cls(num_layers, num_kv_heads, head_dim, num_blocks, block_size, dtype)
-        logger.info(
-            "KV cache: %d blocks of %d tokens = %d tokens, %.1f MiB (%d bytes/token, %s)",
-            num_blocks,
-            block_size,
-            cache.num_tokens,
-            cache.nbytes / 2**20,
-            per_token,
-            dtype,
-        )
-        return cache
 
     @property
     def num_tokens(self) -> int:
