@@ -69,11 +69,16 @@ def _post(server, key, body) -> str:
 
 def ask(server, key, question, stream=False) -> tuple[dict, str]:
     """The answer object and the raw response text (every byte the client received)."""
+    return converse(server, key, {"question": question}, stream)
+
+
+def converse(server, key, body, stream=False) -> tuple[dict, str]:
+    """The answer object and the raw response text of a request with any body."""
     with httpx.stream(
         "POST",
         server.url + "/v1/answers",
         timeout=300,
-        json={"question": question, "stream": stream},
+        json={**body, "stream": stream},
         headers={"Authorization": f"Bearer {key}"},
     ) as response:
         raw = response.read().decode()
@@ -304,24 +309,6 @@ def post_answer(server, key, body) -> httpx.Response:
         headers={"Authorization": f"Bearer {key}"},
         timeout=300,
     )
-
-
-def converse(server, key, body, stream=False) -> tuple[dict, str]:
-    """The answer object and the raw response text of a request with any body."""
-    with httpx.stream(
-        "POST",
-        server.url + "/v1/answers",
-        timeout=300,
-        json={**body, "stream": stream},
-        headers={"Authorization": f"Bearer {key}"},
-    ) as response:
-        raw = response.read().decode()
-        assert response.status_code == 200, raw
-    if not stream:
-        return json.loads(raw), raw
-    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
-    assert events[-1]["type"] == "answer"
-    return events[-1], raw
 
 
 def user(text):
