@@ -210,6 +210,7 @@ def test_the_style_is_chosen_per_request(answers):
     generate = replying("x", prompts, answers.builder.tokenizer)
     quoted = ask(answers, "What is the relocation allowance?", generate, style="quote")
     assert prompts == [] and quoted.mode == "extractive"
-    one_sentence = ask(answers, "What is the relocation allowance?", generate, style="auto")
-    if len(one_sentence.citations) == 1:
-        assert prompts == [], "auto quotes when one sentence states the answer"
+    automatic = ask(answers, "What is the relocation allowance?", generate, style="auto")
+    # auto calls the model exactly when several sentences must be combined (the reply "x"
+    # fails the check, so the answer is the quote of those sentences).
+    assert bool(prompts) == (len(automatic.citations) > 1), automatic
