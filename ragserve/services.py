@@ -11,7 +11,6 @@ only when something generates.
 
 import asyncio
 import functools
-import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ragserve.rag.answer import AnswerService
 from ragserve.rag.answerability import Answerability
-from ragserve.rag.embeddings import Embedder, resolve_embedding_model
+from ragserve.rag.embeddings import Embedder, embedding_dimension
 from ragserve.rag.evidence import EvidenceSelector
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.prompt import PromptBuilder
@@ -168,45 +167,6 @@ def _loader_notices(notify: Notify, model: str) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def embedding_dimension(name: str) -> int | None:
-    """The dimension of a sentence-transformers model's embeddings, read from its folder's
-    configuration files without loading it; None when they do not say it plainly (a module
-    other than Transformer, Pooling, Dense and Normalize, or a truncated output)."""
-    folder = resolve_embedding_model(name)
-
-    def config(path: str, file: str = "config.json") -> dict:
-        return json.loads((folder / path / file).read_text())
-
-    try:
-        if config("", "config_sentence_transformers.json").get("truncate_dim") is not None:
-            return None
-    except FileNotFoundError:
-        pass
-    try:
-        modules = config("", "modules.json")
-        dimension = None
-        for module in modules:
-            kind = module["type"].rsplit(".", 1)[-1]
-            if kind == "Transformer":
-                dimension = config(module["path"])["hidden_size"]
-            elif kind == "Pooling":
-                pooling = config(module["path"])
-                dimension = pooling.get("embedding_dimension") or pooling.get(
-                    "word_embedding_dimension"
-                )
-                modes = pooling.get("pooling_mode") or [
-                    key for key, on in pooling.items() if key.startswith("pooling_mode_") and on
-                ]
-                dimension *= 1 if isinstance(modes, str) else max(len(modes), 1)
-            elif kind == "Dense":
-                dimension = config(module["path"])["out_features"]
-            elif kind != "Normalize":
-                return None
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-    return dimension if isinstance(dimension, int) else None
-
-
 class DocumentIndex:
     """The documents without a model: what ingestion, listing and deletion need. The store
     opens at the embedding model's dimension, read from its files; the model itself is loaded
@@ -270,8 +230,7 @@ class RagServices:
         index = DocumentIndex.open(settings, embedder)
         retriever = Retriever(index.store, index.embedder, settings.retrieval_settings())
         builder = PromptBuilder(
-            engine.tokenizer,
-            engine.max_model_len,
+            engine,
             settings.answer_output_reserve,
             settings.evidence_budget_tokens,
             settings.datamark,

@@ -173,7 +173,7 @@ def counting(monkeypatch, target: str, make):
 
 
 def test_docs_commands_never_load_the_embedding_model(tmp_path, embedder, monkeypatch):
-    from ragserve.services import embedding_dimension
+    from ragserve.rag.embeddings import embedding_dimension
 
     assert embedding_dimension("all-minilm-l6-v2") == embedder.dimension
     loaded = counting(monkeypatch, "ragserve.services.Embedder", lambda name: embedder)

@@ -25,6 +25,7 @@ import httpx
 import numpy as np
 from transformers import AutoTokenizer
 
+from ragserve.engine.client import FixedModel
 from ragserve.engine.loader import resolve_model
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, Embedder
@@ -77,8 +78,10 @@ class Oracle:
         served = self._get("/v1/models", settings.outsider_key)["data"][0]
         self.model_id = served["id"]
         self.builder = PromptBuilder(
-            AutoTokenizer.from_pretrained(resolve_model(settings.model)),
-            served["max_model_len"],
+            FixedModel(
+                AutoTokenizer.from_pretrained(resolve_model(settings.model)),
+                served["max_model_len"],
+            ),
             settings.answer_max_tokens,
             settings.evidence_budget,
             settings.datamark,

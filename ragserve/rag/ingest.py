@@ -78,7 +78,7 @@ class Ingestor:
             )
         self.store = store
         self.embedder = embedder
-        self.chunker = Chunker(embedder.tokenizer.backend_tokenizer, chunk_size, chunk_overlap)
+        self.chunker = Chunker(embedder.tokenizer, chunk_size, chunk_overlap)
 
     def ingest(
         self,

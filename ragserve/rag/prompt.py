@@ -9,11 +9,13 @@ finished prompt never exceeds max_model_len minus the output reserve.
 """
 
 import bisect
+import functools
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
 from ragserve.engine.cache_salt import Narrowing
+from ragserve.engine.client import TokenizedModel
 from ragserve.rag.documents import ScoredChunk, evidence_salt
 
 TEMPLATE_VERSION = "rag-prompt-v3"
@@ -70,20 +72,27 @@ def format_source(n: int, chunk: ScoredChunk, mark: bool) -> str:
 
 
 class PromptBuilder:
+    """Reads the model's tokenizer and context length at the first prompt it builds: an answer
+    quoted from the evidence never builds one, and never pays for loading the tokenizer."""
+
     def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        max_model_len: int,
-        output_reserve: int,
-        evidence_budget: int,
-        mark: bool = True,
+        self, model: TokenizedModel, output_reserve: int, evidence_budget: int, mark: bool = True
     ) -> None:
-        if output_reserve >= max_model_len:
-            raise ValueError("the output reserve leaves no room for a prompt")
-        self.tokenizer = tokenizer
-        self.limit = max_model_len - output_reserve
+        self.model = model
+        self.output_reserve = output_reserve
         self.evidence_budget = evidence_budget
         self.mark = mark
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self.model.tokenizer
+
+    @functools.cached_property
+    def limit(self) -> int:
+        """The most tokens a prompt may take."""
+        if self.output_reserve >= self.model.max_model_len:
+            raise ValueError("the output reserve leaves no room for a prompt")
+        return self.model.max_model_len - self.output_reserve
 
     def _render(self, question: str, blocks: list[str], schema: str | None) -> str:
         user = "".join(blocks) + f"\nQuestion: {question.strip()}"

@@ -2,6 +2,7 @@ import asyncio
 
 import pytest
 
+from ragserve.engine.client import FixedModel
 from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from ragserve.rag.answer import AnswerService, AnswerSettings
 from ragserve.rag.answer_result import REFUSALS, AnswerResult
@@ -95,7 +96,7 @@ def service(store, embedder, tokenizer) -> AnswerService:
         Retriever(store, embedder, RetrievalSettings()),
         EvidenceSelector(embedder),
         Answerability.load(),
-        PromptBuilder(tokenizer, 2048, 48, 1200),
+        PromptBuilder(FixedModel(tokenizer, 2048), 48, 1200),
         AnswerSettings(style="generate"),
     )
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from ragserve.engine.client import FixedModel
 from ragserve.rag.answer import AnswerService, AnswerSettings
 from ragserve.rag.answer_result import REFUSALS, AnswerResult
 from ragserve.rag.answerability import Answerability
@@ -89,7 +90,7 @@ def answers(documents, embedder, llm_fp32) -> AnswerService:
         Retriever(documents, embedder, RetrievalSettings()),
         EvidenceSelector(embedder),
         Answerability.load(),
-        PromptBuilder(llm_fp32.get_tokenizer(), 2048, 48, 1200),
+        PromptBuilder(FixedModel(llm_fp32.get_tokenizer(), 2048), 48, 1200),
         AnswerSettings(style="quote"),
     )
 

@@ -35,7 +35,7 @@ def long_markdown(paragraphs: int) -> str:
 def test_chunks_keep_spans_and_respect_headings(embedder):
     text = long_markdown(12)
     parsed = parse_bytes(text.encode(), "handbook.md")
-    chunker = Chunker(embedder.tokenizer.backend_tokenizer, size=48, overlap=8)
+    chunker = Chunker(embedder.tokenizer, size=48, overlap=8)
     chunks = chunker.split(parsed)
     tokenizer = chunker.tokenizer
     assert len(chunks) > 5
@@ -51,7 +51,7 @@ def test_chunks_keep_spans_and_respect_headings(embedder):
 def test_overlap_repeats_the_tail_of_the_previous_chunk(embedder):
     text = " ".join(f"word{i}" for i in range(400))
     parsed = parse_bytes(text.encode(), "flat.txt")
-    chunks = Chunker(embedder.tokenizer.backend_tokenizer, size=40, overlap=10).split(parsed)
+    chunks = Chunker(embedder.tokenizer, size=40, overlap=10).split(parsed)
     for earlier, later in itertools.pairwise(chunks):
         assert later.start < earlier.end, "consecutive chunks overlap"
 

@@ -193,7 +193,7 @@ def test_stop_options(server, headers):
 
 def test_embeddings_as_langchain_and_llamaindex_send_them(server, headers, embedder):
     text = "a small red bicycle"
-    ids = embedder.tokenizer(text)["input_ids"]
+    ids = embedder.tokenizer.encode(text).ids
     by_text = post(server, headers, "/v1/embeddings", {"model": EMBEDDING_MODEL, "input": text})
     by_ids = post(server, headers, "/v1/embeddings", {"model": EMBEDDING_MODEL, "input": [ids]})
     flat = post(server, headers, "/v1/embeddings", {"model": EMBEDDING_MODEL, "input": ids})
