@@ -255,10 +255,12 @@ class LLMEngine:
 
     def _take_inbox(self) -> list[RequestOutput]:
         with self._lock:
-            inbox, self._inbox = self._inbox, []
+            # Moved under the lock: admission (_check_queue) must never see a request in
+            # neither the inbox nor the waiting queue, or it would admit one too many.
+            for seq in self._inbox:
+                self.scheduler.add(seq)
+            self._inbox = []
             aborts, self._aborts = self._aborts, set()
-        for seq in inbox:
-            self.scheduler.add(seq)
         outputs = []
         for request_id in aborts:
             request = self._requests.get(request_id)

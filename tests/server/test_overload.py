@@ -40,8 +40,10 @@ def test_full_queue_is_503_with_retry_after(small_server):
             for _ in range(2)
         ]
         try:
-            first = streams[0].__enter__()
-            next(first.iter_lines())  # running
+            # Keep the line iterator: dropping it closes the connection, and the server then
+            # aborts the first request, which would leave room for the third.
+            first_lines = streams[0].__enter__().iter_lines()
+            next(first_lines)  # running
             assert streams[1].__enter__().status_code == 200  # queued
             refused = http.post(small_server.url + "/v1/completions", json=body, headers=headers)
             assert refused.status_code == 503
