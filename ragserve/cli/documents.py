@@ -17,11 +17,13 @@ from ragserve.cli.common import (
     app,
     console,
 )
+from ragserve.serving.errors import NotFound
 
 if TYPE_CHECKING:
-    from ragserve.rag.documents import AccessFilter, Acl
+    from ragserve.access import Principal
+    from ragserve.rag.documents import Acl
     from ragserve.rag.ingest import IngestResult
-    from ragserve.rag.store import Store
+    from ragserve.serving.documents import DocumentService
     from ragserve.settings import Settings
 
 docs_app = typer.Typer(
@@ -123,13 +125,15 @@ def ingest(
 
 def _operator(
     tenant: str, data_dir: Path | None, config: Path | None, store: str | None
-) -> tuple["Store", "AccessFilter"]:
-    """The local operator's view: the configured store, and a filter seeing all of a tenant."""
-    from ragserve.rag.documents import AccessFilter
+) -> tuple["DocumentService", "Principal"]:
+    """The local operator: an administrator of the tenant, through the same DocumentService
+    as the HTTP routes."""
+    from ragserve.access import Principal, Role
     from ragserve.services import DocumentIndex
+    from ragserve.serving.documents import DocumentService
 
     index = DocumentIndex.open(_rag_settings(data_dir, config, store))
-    return index.store, AccessFilter(tenant, "operator", everything=True)
+    return DocumentService(index), Principal("operator", frozenset(), tenant, Role.ADMIN, 0)
 
 
 def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
@@ -138,11 +142,12 @@ def _no_document(doc_id: str, tenant: str, quiet: bool = False) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _print_documents(documents: list, access: "AccessFilter", as_json: bool) -> None:
+def _print_documents(documents: list, who: "Principal", as_json: bool) -> None:
     if as_json:
-        from ragserve.server.documents import document_json
+        from ragserve.access import access_for
+        from ragserve.rag.documents import document_json
 
-        print(json.dumps([document_json(d, access) for d in documents]))
+        print(json.dumps([document_json(d, access_for(who)) for d in documents]))
         return
     table = Table("id", "title", "source", "owner", "users", "groups", "chunks", "version")
     for d in documents:
@@ -168,8 +173,8 @@ def docs_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List the tenant's documents with their ACLs."""
-    index, access = _operator(tenant, data_dir, config, store)
-    _print_documents(index.list_documents(access), access, as_json)
+    documents, who = _operator(tenant, data_dir, config, store)
+    _print_documents(documents.visible(who), who, as_json)
 
 
 @docs_app.command("show")
@@ -182,11 +187,12 @@ def docs_show(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show one document."""
-    index, access = _operator(tenant, data_dir, config, store)
-    document = index.get_document(access, doc_id)
-    if document is None:
-        raise _no_document(doc_id, tenant)
-    _print_documents([document], access, as_json)
+    documents, who = _operator(tenant, data_dir, config, store)
+    try:
+        document = documents.get(who, doc_id)
+    except NotFound:
+        raise _no_document(doc_id, tenant) from None
+    _print_documents([document], who, as_json)
 
 
 @docs_app.command("delete")
@@ -199,8 +205,12 @@ def docs_delete(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Delete a document; the next query no longer sees it."""
-    index, access = _operator(tenant, data_dir, config, store)
-    deleted = index.delete_document(access, doc_id)
+    documents, who = _operator(tenant, data_dir, config, store)
+    try:
+        documents.delete(who, doc_id)
+        deleted = True
+    except NotFound:
+        deleted = False
     if as_json:
         print(json.dumps({"id": doc_id, "deleted": deleted}))
     elif deleted:
@@ -221,7 +231,9 @@ def docs_acl(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replace a document's ACL (the users and groups given; none: owner only)."""
-    index, access = _operator(tenant, data_dir, config, store)
-    if not index.set_acl(access, doc_id, _acl(user, group)):
-        raise _no_document(doc_id, tenant)
-    _print_documents([index.get_document(access, doc_id)], access, as_json)
+    documents, who = _operator(tenant, data_dir, config, store)
+    try:
+        document = documents.set_acl(who, doc_id, _acl(user, group))
+    except NotFound:
+        raise _no_document(doc_id, tenant) from None
+    _print_documents([document], who, as_json)

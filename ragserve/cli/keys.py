@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ragserve.access import Role
 from ragserve.cli.common import ConfigOption, DataDirOption, console
-from ragserve.server.auth import KeyStore
+from ragserve.keys import KeyStore
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys: create, list, revoke.")
 

@@ -17,7 +17,7 @@ from ragserve.cli.common import (
     console,
 )
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
-from ragserve.server.auth import KeyStore
+from ragserve.keys import KeyStore
 
 if TYPE_CHECKING:
     from ragserve.rag.answer import AnswerResult, Generate
@@ -213,7 +213,7 @@ def ask(
         model.shutdown()
         rag.store.close()
     if as_json:
-        from ragserve.server.answer_protocol import answer_json
+        from ragserve.rag.answer_result import answer_json
 
         print(json.dumps(answer_json(result)))
         return

@@ -41,7 +41,7 @@ def audit(
 ) -> None:
     """The audit trail: document writes, deletes, ACL changes, key changes and restores."""
     from ragserve.audit import MAX_AUDIT_PAGE, merge_audit
-    from ragserve.server.auth import KeyStore
+    from ragserve.keys import KeyStore
     from ragserve.services import DocumentIndex
 
     if not 1 <= limit <= MAX_AUDIT_PAGE:
@@ -118,8 +118,8 @@ def restore(
 ) -> None:
     """Restore keys and the embedded store from a backup, also while the server runs: its
     next request sees the restored documents. Keys revoked since the backup stay revoked."""
+    from ragserve.keys import KeyStore
     from ragserve.rag.stores.sqlite import SqliteStore
-    from ragserve.server.auth import KeyStore
     from ragserve.services import DocumentIndex
 
     settings = _settings(data_dir, config, store)

@@ -48,7 +48,7 @@ from ragserve.server.app import build_app
 from ragserve.settings import Settings
 
 if TYPE_CHECKING:
-    from ragserve.server.auth import KeyStore
+    from ragserve.keys import KeyStore
 
 EDITORS = "editors"
 READER_GROUPS = ("red", "green", "blue")

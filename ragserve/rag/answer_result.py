@@ -5,7 +5,7 @@ evaluation read results without the answer path's parts.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ragserve.rag.citations import Citation
@@ -74,3 +74,31 @@ def cite(n: int, sentence: Sentence, support: float = 1.0) -> Citation:
     chunk = sentence.chunk
     span = (sentence.start, sentence.end)
     return Citation(n, chunk.doc_id, chunk.chunk_id, chunk.title, *span, sentence.text, support)
+
+
+def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in citations]
+
+
+def refusal_json(result: AnswerResult) -> dict[str, Any] | None:
+    """Why the answer was refused: no permitted passage matched ("no_match"), or passages
+    matched but none states the answer ("not_stated", with the closest ones cited)."""
+    if not result.refused:
+        return None
+    return {"reason": result.refusal, "related": citations_json(result.related)}
+
+
+def answer_json(result: AnswerResult) -> dict[str, Any]:
+    return {
+        "answer": result.answer,
+        "mode": result.mode,
+        "refused": result.refused,
+        "answerability": result.answerability,
+        "citations": citations_json(result.citations),
+        "refusal": refusal_json(result),
+        "query": result.query,
+        "value": result.value,
+        "field_citations": result.field_citations,
+        "usage": result.usage,
+        "timings": result.timings,
+    }

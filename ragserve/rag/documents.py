@@ -211,3 +211,35 @@ def content_hash(text: str) -> str:
 
 def chunk_id(tenant: str, doc_id: str, version: int, index: int) -> str:
     return hashlib.sha256(f"{tenant}\0{doc_id}\0{version}\0{index}".encode()).hexdigest()[:20]
+
+
+def document_json(document: "DocumentRecord", access: AccessFilter) -> dict[str, Any]:
+    """A document as its caller sees it, with who may do what and the caller's own level."""
+    permission = access.permission_on(document)
+    return {
+        "id": document.doc_id,
+        "object": "document",
+        "title": document.title,
+        "source": document.source,
+        "owner": document.owner,
+        "version": document.version,
+        "acl": document.acl.as_json(),
+        "permission": permission.label if permission else None,
+        "num_chunks": document.num_chunks,
+        "text_length": document.text_length,
+        "content_hash": document.content_hash,
+        "ingested_at": document.ingested_at,
+    }
+
+
+def chunk_json(chunk: ScoredChunk) -> dict[str, Any]:
+    return {
+        "chunk_id": chunk.chunk_id,
+        "doc_id": chunk.doc_id,
+        "title": chunk.title,
+        "source": chunk.source,
+        "start": chunk.start,
+        "end": chunk.end,
+        "text": chunk.text,
+        "score": chunk.score,
+    }

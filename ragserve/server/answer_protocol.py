@@ -8,13 +8,10 @@ history: system and assistant turns never take part in retrieval. ragserve's own
 unknown fields outright.
 """
 
-from dataclasses import asdict
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ragserve.rag.answer import AnswerResult
-from ragserve.rag.citations import Citation
 from ragserve.server.constraints import ResponseFormat
 from ragserve.server.errors import invalid
 
@@ -116,31 +113,3 @@ def question_of(messages: list[AnswerMessage]) -> tuple[str, list[str]]:
         )
     earlier = [m.text() for m in messages[:-1] if m.role == "user" and m.text().strip()]
     return question, earlier[-MAX_HISTORY:]
-
-
-def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:
-    return [asdict(c) for c in citations]
-
-
-def refusal_json(result: AnswerResult) -> dict[str, Any] | None:
-    """Why the answer was refused: no permitted passage matched ("no_match"), or passages
-    matched but none states the answer ("not_stated", with the closest ones cited)."""
-    if not result.refused:
-        return None
-    return {"reason": result.refusal, "related": citations_json(result.related)}
-
-
-def answer_json(result: AnswerResult) -> dict[str, Any]:
-    return {
-        "answer": result.answer,
-        "mode": result.mode,
-        "refused": result.refused,
-        "answerability": result.answerability,
-        "citations": citations_json(result.citations),
-        "refusal": refusal_json(result),
-        "query": result.query,
-        "value": result.value,
-        "field_citations": result.field_citations,
-        "usage": result.usage,
-        "timings": result.timings,
-    }

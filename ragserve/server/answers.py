@@ -27,8 +27,9 @@ from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
+from ragserve.rag.answer_result import answer_json, citations_json
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
-from ragserve.server.answer_protocol import AnswerRequest, answer_json, citations_json
+from ragserve.server.answer_protocol import AnswerRequest
 from ragserve.server.dependencies import principal
 from ragserve.server.errors import APIError, from_engine, from_limit, invalid
 from ragserve.server.limits import LimitExceeded
@@ -94,7 +95,7 @@ async def answer_events(
         started = time.perf_counter()
         # What the caller may read, not the whole index: a write the caller cannot see must
         # neither drop the caller's entries nor show in whether the next answer is a replay.
-        readable = await run_in_threadpool(state.rag.store.visible_version, access_for(who))
+        readable = await run_in_threadpool(state.documents.readable_version, who)
         key = cache_key(
             {
                 "permissions": who.permission_key,

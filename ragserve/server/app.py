@@ -19,14 +19,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.client import EngineClient
+from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
+from ragserve.server import audit, documents, embeddings
 from ragserve.server.answers import answer_routes
-from ragserve.server.audit import audit_routes
-from ragserve.server.auth import KeyStore
 from ragserve.server.completions import completion_routes
-from ragserve.server.documents import document_routes
-from ragserve.server.embeddings import embedding_routes
-from ragserve.server.errors import APIError, Rejection, error_body
+from ragserve.server.errors import APIError, Rejection, error_body, from_service
 from ragserve.server.gate import BodyCaps, RequestGate
 from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
 from ragserve.server.metrics import ServerMetrics
@@ -36,6 +34,7 @@ from ragserve.server.state import ServerState, weights_version
 from ragserve.server.system import system_routes
 from ragserve.server.web import mount_web
 from ragserve.services import RagServices, build_engine
+from ragserve.serving.errors import ServiceError
 from ragserve.settings import Settings
 
 
@@ -101,6 +100,10 @@ def build_app(
     async def api_error(request: Request, error: APIError) -> JSONResponse:
         return refusal(error)
 
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, error: ServiceError) -> JSONResponse:
+        return refusal(from_service(error))
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = [
@@ -138,10 +141,10 @@ def build_app(
     for router in (
         system_routes(state),
         completion_routes(state),
-        embedding_routes(state),
+        embeddings.router,
         answer_routes(state),
-        document_routes(state),
-        audit_routes(state),
+        documents.router,
+        audit.router,
     ):
         app.include_router(router)
     mount_web(app)

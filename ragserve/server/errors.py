@@ -1,6 +1,6 @@
 """Every refusal the server makes, in one place: APIError (an OpenAI-style error body with its
 status and, where it applies, Retry-After), the typed reasons that ragserve:requests_rejected
-counts, and the one mapping from engine and per-user limit errors to HTTP.
+counts, and the one mapping from engine, per-user limit and service errors to HTTP.
 
 The app's exception handler turns an APIError into its response and counts its rejection, so
 routes raise and never count by hand.
@@ -11,6 +11,7 @@ from typing import Any
 
 from ragserve.engine.errors import EngineDeadError, EngineError, EngineOverloadedError
 from ragserve.server.limits import LimitExceeded
+from ragserve.serving.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 
 
 class Rejection(StrEnum):
@@ -84,6 +85,21 @@ def from_engine(error: EngineError | EngineDeadError) -> APIError:
         "invalid_request",
         rejection=Rejection.INVALID,
     )
+
+
+SERVICE_STATUSES: dict[type[ServiceError], tuple[int, str]] = {
+    NotFound: (404, "invalid_request_error"),
+    Forbidden: (403, "permission_error"),
+    Conflict: (409, "invalid_request_error"),
+    Invalid: (400, "invalid_request_error"),
+}
+
+
+def from_service(error: ServiceError) -> APIError:
+    """A service's refusal as HTTP: its kind decides the status, its code is kept."""
+    status, type_ = SERVICE_STATUSES[type(error)]
+    rejection = Rejection.INVALID if status == 400 else None
+    return APIError(status, error.message, type_, error.code, rejection=rejection)
 
 
 def from_limit(error: LimitExceeded) -> APIError:

@@ -5,11 +5,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragserve.engine.client import EngineClient
-from ragserve.server.auth import KeyStore
+from ragserve.keys import KeyStore
 from ragserve.server.limits import AuthThrottle, DemandLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.response_cache import ResponseCache
 from ragserve.services import RagServices
+from ragserve.serving.documents import DocumentService
 from ragserve.settings import Settings
 
 
@@ -38,6 +39,10 @@ class ServerState:
     rag: RagServices
     # Unknown request field names already logged (each is logged once).
     logged_ignored_fields: set[str] = field(default_factory=set)
+
+    @property
+    def documents(self) -> DocumentService:
+        return DocumentService(self.rag.index)
 
     @property
     def rag_model_id(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from ragserve.access import Role
 from ragserve.cluster.deploy import deployed
-from ragserve.server.auth import KeyStore
+from ragserve.keys import KeyStore
 from ragserve.settings import Settings
 
 MODEL = "smollm2-135m-instruct"

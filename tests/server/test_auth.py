@@ -3,7 +3,7 @@ import sqlite3
 import pytest
 
 from ragserve.access import Role
-from ragserve.server.auth import KeyStore, hash_key
+from ragserve.keys import KeyStore, hash_key
 
 
 def test_keys_authenticate_until_revoked_and_only_their_hash_is_stored(tmp_path):
