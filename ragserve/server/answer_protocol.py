@@ -8,7 +8,7 @@ history: system and assistant turns never take part in retrieval. ragserve's own
 unknown fields outright.
 """
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,6 +23,7 @@ MAX_HISTORY = 8
 # "quote": the best evidence quoted, no model call; "generate": the model answers from the
 # evidence, checked; "auto": the service decides per question. None: the server's setting.
 AnswerStyleName = Literal["quote", "generate", "auto"]
+ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyleName)
 
 
 class TextPart(BaseModel):

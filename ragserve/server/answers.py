@@ -12,8 +12,8 @@ request and response bodies are in answer_protocol, as vLLM keeps its protocol a
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -29,12 +29,12 @@ from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
 from ragserve.rag.answer_result import answer_json, citations_json
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
-from ragserve.server.answer_protocol import AnswerRequest
-from ragserve.server.dependencies import principal
-from ragserve.server.errors import APIError, from_engine, from_limit, invalid
-from ragserve.server.limits import LimitExceeded
-from ragserve.server.protocol import error_responses, new_id, now
-from ragserve.server.response_cache import cache_key
+from ragserve.server.answer_protocol import ANSWER_STYLES, MAX_HISTORY, AnswerRequest
+from ragserve.server.cache_and_limits import acquire, cache_lookup, cache_store, release
+from ragserve.server.completion_reply import Choice, Completion, Reply
+from ragserve.server.dependencies import principal, server_state
+from ragserve.server.errors import APIError, from_engine, invalid
+from ragserve.server.protocol import ChatCompletionRequest, Usage, error_responses, new_id
 from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
 
@@ -90,42 +90,22 @@ async def answer_events(
             checked_grammar(OutputConstraint("json", schema))
         except InvalidRequestError as error:
             raise from_engine(error) from error
-    key = None
-    if state.cache is not None:
-        started = time.perf_counter()
-        # What the caller may read, not the whole index: a write the caller cannot see must
-        # neither drop the caller's entries nor show in whether the next answer is a replay.
-        readable = await run_in_threadpool(state.documents.readable_version, who)
-        key = cache_key(
-            {
-                "permissions": who.permission_key,
-                "model": [state.model_id, state.weights_version],
-                "template": TEMPLATE_VERSION,
-                "index": readable,
-                "kind": "answer",
-                "request": {
-                    "question": question,
-                    # A follow-up is answered with its conversation: never another's entry.
-                    "history": history,
-                    "style": style or state.settings.answer_style,
-                    "top_k": top_k,
-                    "schema": schema,
-                },
-            }
-        )
-        state.metrics.response_cache_queries.inc()
-        cached: AnswerResult | None = state.cache.get(key)
-        if cached is not None:
-            state.metrics.response_cache_hits.inc()
-            # The replay's own time, not the stored answer's.
-            timings = {"total_ms": round((time.perf_counter() - started) * 1000, 1)}
-            yield AnswerEvent(cached.answer, replace(cached, timings=timings))
-            return
-    try:
-        prompt_chars = len(question) + sum(len(turn) for turn in history)
-        await state.limiter.acquire(who.account, prompt_chars // 4)
-    except LimitExceeded as error:
-        raise from_limit(error) from error
+    started = time.perf_counter()
+    request = {
+        "question": question,
+        # A follow-up is answered with its conversation: never another's entry.
+        "history": history,
+        "style": style or state.settings.answer_style,
+        "top_k": top_k,
+        "schema": schema,
+    }
+    key, cached = await _cached_answer(state, who, request)
+    if cached is not None:
+        # The replay's own time, not the stored answer's.
+        timings = {"total_ms": round((time.perf_counter() - started) * 1000, 1)}
+        yield AnswerEvent(cached.answer, replace(cached, timings=timings))
+        return
+    await acquire(state, who, (len(question) + sum(len(turn) for turn in history)) // 4)
     completion_tokens = 0
     try:
         generate = engine_generate(state, who, new_id(kind))
@@ -135,156 +115,184 @@ async def answer_events(
         async for event in answers:
             if event.result is not None:
                 completion_tokens = event.result.usage.get("completion_tokens", 0)
-                if key is not None and state.cache is not None:
-                    state.cache.put(key, event.result)
+                cache_store(state, key, event.result)
             yield event
     except PromptTooLong as error:
         param = "response_format" if schema is not None else "messages" if history else "question"
         raise invalid(str(error), "context_length_exceeded", param=param) from error
     finally:
-        state.limiter.release(who.account, completion_tokens)
+        release(state, who, completion_tokens)
 
 
-async def _first_event(events: AsyncIterator[AnswerEvent]) -> AnswerEvent:
-    """Start the answer before the response goes out, so refusals by limit get their status."""
-    return await anext(events)
+async def _cached_answer(
+    state: ServerState, who: Principal, request: dict[str, Any]
+) -> tuple[str | None, AnswerResult | None]:
+    """The answer's cache key and stored answer (see cache_lookup)."""
+    if state.cache is None:
+        return None, None
+    # What the caller may read, not the whole index: a write the caller cannot see must
+    # neither drop the caller's entries nor show in whether the next answer is a replay.
+    readable = await run_in_threadpool(state.documents.readable_version, who)
+    parts = {
+        "permissions": who.permission_key,
+        "model": [state.model_id, state.weights_version],
+        "template": TEMPLATE_VERSION,
+        "index": readable,
+        "kind": "answer",
+        "request": request,
+    }
+    return cache_lookup(state, parts)
 
 
-def answer_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=error_responses(400, 401, 429, 503))
+async def _started(events: AsyncIterator[AnswerEvent]) -> AsyncGenerator[AnswerEvent, None]:
+    """The events, with the first already awaited: the answer starts before the response goes
+    out, so a refusal by limit or a bad request gets its own status."""
+    first = await anext(events)
 
-    @router.post("/v1/answers", responses=json_or_events(AnswerResponse))
-    async def answers(body: AnswerRequest, who: Principal = Depends(principal)) -> Response:
-        question, history = body.turn()
-        events = answer_events(
-            state,
-            who,
-            question,
-            body.top_k,
-            "ans",
-            body.schema(),
-            style=body.answer_style,
-            history=history,
-        )
-        first = await _first_event(events)
-        if not body.stream:
-            result = first.result
+    async def chained() -> AsyncGenerator[AnswerEvent, None]:
+        try:
+            yield first
             async for event in events:
-                result = event.result or result
-            assert result is not None
-            return JSONResponse(answer_json(result))
+                yield event
+        finally:
+            await events.aclose()
 
-        async def sse() -> AsyncIterator[str]:
-            try:
-                for event in _chain(first, events):
-                    async for item in event:
-                        # The checked text as one token event, then the answer with its
-                        # citations (a draft is never streamed before its check).
-                        if item.text:
-                            token = {"type": "token", "text": item.text}
-                            yield f"data: {json.dumps(token)}\n\n"
-                        if item.result is not None:
-                            payload = {"type": "answer", **answer_json(item.result)}
-                            yield f"data: {json.dumps(payload)}\n\n"
-                yield "data: [DONE]\n\n"
-            except APIError as error:
-                yield f"data: {json.dumps({'type': 'error', 'message': error.message})}\n\n"
-            finally:
-                await events.aclose()
-
-        return StreamingResponse(sse(), media_type="text/event-stream")
-
-    return router
+    return chained()
 
 
-def _chain(
-    first: AnswerEvent, rest: AsyncIterator[AnswerEvent]
-) -> list[AsyncIterator[AnswerEvent]]:
-    async def one() -> AsyncIterator[AnswerEvent]:
-        yield first
+async def _final(events: AsyncIterator[AnswerEvent]) -> AnswerResult:
+    result = None
+    async for event in events:
+        result = event.result or result
+    assert result is not None
+    return result
 
-    return [one(), rest]
+
+router = APIRouter(responses=error_responses(400, 401, 429, 503))
+
+
+@router.post("/v1/answers", responses=json_or_events(AnswerResponse))
+async def answers(
+    body: AnswerRequest,
+    who: Principal = Depends(principal),
+    state: ServerState = Depends(server_state),
+) -> Response:
+    question, history = body.turn()
+    events = await _started(
+        answer_events(
+            state, who, question, body.top_k, "ans", body.schema(), body.answer_style, history
+        )
+    )
+    if not body.stream:
+        return JSONResponse(answer_json(await _final(events)))
+    return StreamingResponse(_answer_sse(events), media_type="text/event-stream")
+
+
+async def _answer_sse(events: AsyncGenerator[AnswerEvent, None]) -> AsyncIterator[str]:
+    """The checked text as one token event, then the answer with its citations (a draft is
+    never streamed before its check)."""
+    try:
+        async for item in events:
+            if item.text:
+                yield f"data: {json.dumps({'type': 'token', 'text': item.text})}\n\n"
+            if item.result is not None:
+                yield f"data: {json.dumps({'type': 'answer', **answer_json(item.result)})}\n\n"
+        yield "data: [DONE]\n\n"
+    except APIError as error:
+        yield f"data: {json.dumps({'type': 'error', 'message': error.message})}\n\n"
+    finally:
+        await events.aclose()
+
+
+@dataclass(frozen=True)
+class RagChat:
+    """A chat request to the +rag model, read as a question for the answer path."""
+
+    question: str
+    history: list[str]
+    style: str | None
+    schema: str | None
+
+    @classmethod
+    def of(cls, body: ChatCompletionRequest, model_id: str) -> "RagChat":
+        """The last user message as the question, the earlier user messages as its history
+        (assistant turns quote evidence the caller may no longer read, so they take no part
+        in retrieval); a 400 for what a cited answer cannot be."""
+        questions = [m.text() for m in body.messages if m.role == "user"]
+        if not questions or not questions[-1].strip():
+            raise invalid("a RAG chat needs a user message", "invalid_messages")
+        style = (body.model_extra or {}).get("answer_style")
+        if style is not None and style not in ANSWER_STYLES:
+            message = f"answer_style must be one of {', '.join(ANSWER_STYLES)}, not {style!r}"
+            raise invalid(message, "invalid_parameter", param="answer_style")
+        if body.n != 1:
+            message = "the +rag model gives one cited answer: n must be 1"
+            raise invalid(message, "invalid_parameter", param="n")
+        if body.tools:
+            message = f"the +rag model does not call tools; use {model_id!r}"
+            raise invalid(message, "invalid_parameter", param="tools")
+        constraint = body.output_constraint()
+        if constraint is not None and constraint.kind != "json":
+            message = (
+                "the +rag model answers in text or JSON (response_format) with citations; "
+                f"for regex, choice or grammar output use {model_id!r}"
+            )
+            raise invalid(message, "invalid_parameter", param="structured_outputs")
+        history = [q for q in questions[:-1] if q.strip()][-MAX_HISTORY:]
+        schema = None if constraint is None else constraint.spec
+        return cls(questions[-1], history, style, schema)
 
 
 async def rag_chat_completion(
-    state: ServerState,
-    who: Principal,
-    question: str,
-    stream: bool,
-    schema: str | None = None,
-    style: str | None = None,
-    history: Sequence[str] = (),
+    state: ServerState, who: Principal, body: ChatCompletionRequest
 ) -> Response:
-    """A chat completion whose content is a cited answer; citations ride in an extra field.
+    """A chat completion whose content is a cited answer; citations ride in extra fields.
     With a schema (response_format) the content is the JSON answer, and a refusal is the
-    message's refusal, as OpenAI's structured outputs give it. history: the earlier user
-    messages, oldest first."""
-    events = answer_events(state, who, question, None, "chatcmpl", schema, style, history)
-    first = await _first_event(events)
-    request_id = new_id("chatcmpl")
-    model = state.rag_model_id
-
-    def chunk(delta: dict[str, Any], finish: str | None, extra: dict | None = None) -> str:
-        payload = {
-            "id": request_id,
-            "object": "chat.completion.chunk",
-            "created": now(),
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(payload | (extra or {}))}\n\n"
-
-    if not stream:
-        result = first.result
-        async for event in events:
-            result = event.result or result
-        assert result is not None
-        return JSONResponse(
-            {
-                "id": request_id,
-                "object": "chat.completion",
-                "created": now(),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "logprobs": None,
-                        "message": {"role": "assistant", **_content(result, schema)},
-                    }
-                ],
-                "usage": result.usage
-                or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-                "citations": citations_json(result.citations),
-                "field_citations": result.field_citations,
-                "mode": result.mode,
-                "refused": result.refused,
-            }
+    message's refusal, as OpenAI's structured outputs give it."""
+    chat = RagChat.of(body, state.model_id)
+    events = await _started(
+        answer_events(
+            state, who, chat.question, None, "chatcmpl", chat.schema, chat.style, chat.history
         )
+    )
+    reply = Reply(state.rag_model_id, body, new_id("chatcmpl"), chat=True, echo=None)
+    if not body.stream:
+        result = await _final(events)
+        fields = _rag_fields(result) | {"field_citations": result.field_citations}
+        return JSONResponse(reply.json(_completion(result, chat.schema)) | fields)
 
     async def sse() -> AsyncIterator[str]:
         try:
-            yield chunk({"role": "assistant", "content": ""}, None)
-            for source in _chain(first, events):
-                async for event in source:
-                    if event.result is None:
-                        continue
-                    # The checked answer, not the raw tokens: unsupported markers are gone.
-                    yield chunk(_content(event.result, schema), None)
-                    yield chunk(
-                        {},
-                        "stop",
-                        {
-                            "citations": citations_json(event.result.citations),
-                            "mode": event.result.mode,
-                            "refused": event.result.refused,
-                        },
-                    )
+            for opening in reply.openings(1):
+                yield opening
+            async for event in events:
+                if event.result is None:
+                    continue
+                # The checked answer, not the raw tokens: unsupported markers are gone.
+                content = _content(event.result, chat.schema)
+                yield reply.event([reply.delta(0, content, None)])
+                yield reply.event([reply.delta(0, {}, "stop")], extra=_rag_fields(event.result))
             yield "data: [DONE]\n\n"
         finally:
             await events.aclose()
 
     return StreamingResponse(sse(), media_type="text/event-stream")
+
+
+def _completion(result: AnswerResult, schema: str | None) -> Completion:
+    """An answer as a chat completion's one choice; a refused schema answer is a refusal."""
+    usage = Usage.model_validate(result.usage or {"prompt_tokens": 0, "total_tokens": 0})
+    if schema is not None and result.refused:
+        return Completion([Choice("", "stop", refusal=result.answer)], usage)
+    return Completion([Choice(result.answer, "stop")], usage)
+
+
+def _rag_fields(result: AnswerResult) -> dict[str, Any]:
+    return {
+        "citations": citations_json(result.citations),
+        "mode": result.mode,
+        "refused": result.refused,
+    }
 
 
 def _content(result: AnswerResult, schema: str | None) -> dict[str, str | None]:

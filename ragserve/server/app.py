@@ -5,6 +5,7 @@ with the matching status.
 """
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import AsyncIterator
 from http import HTTPStatus
@@ -21,9 +22,7 @@ from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.client import EngineClient
 from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
-from ragserve.server import audit, documents, embeddings
-from ragserve.server.answers import answer_routes
-from ragserve.server.completions import completion_routes
+from ragserve.server import answers, audit, completions, documents, embeddings, system
 from ragserve.server.errors import APIError, Rejection, error_body, from_service
 from ragserve.server.gate import BodyCaps, RequestGate
 from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
@@ -31,7 +30,6 @@ from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
 from ragserve.server.state import ServerState, weights_version
-from ragserve.server.system import system_routes
 from ragserve.server.web import mount_web
 from ragserve.services import RagServices, build_engine
 from ragserve.serving.errors import ServiceError
@@ -46,11 +44,50 @@ def build_app(
 ) -> FastAPI:
     """The API over an engine (default: the configured model in this process) and per-user
     limits (default: this process's own)."""
+    state = build_state(settings, engine, embedder, limiter)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.engine.start()
+        yield
+        state.engine.shutdown()
+        state.rag.store.close()
+
+    app = FastAPI(title="ragserve", lifespan=lifespan)
+    app.state.ragserve = state
+    app.add_middleware(
+        RequestGate,
+        state=state,
+        respond=functools.partial(refusal, state),
+        default=BodyCaps.api(settings.max_request_bytes),
+        caps={"/v1/documents": BodyCaps.upload(settings.max_upload_bytes)},
+    )
+    add_error_handlers(app, state)
+    for router in (
+        system.router,
+        completions.router,
+        embeddings.router,
+        answers.router,
+        documents.router,
+        audit.router,
+    ):
+        app.include_router(router)
+    mount_web(app)
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    return app
+
+
+def build_state(
+    settings: Settings,
+    engine: EngineClient | None,
+    embedder: Embedder | None,
+    limiter: DemandLimiter | None,
+) -> ServerState:
+    """What the routes share, built from settings; the engine, embedder and limiter when given."""
     engine = engine or AsyncEngine(build_engine(settings))
     embedder = embedder or Embedder(settings.embedding_model)
-    rag = RagServices.build(settings, engine, embedder)
     template = engine.tokenizer.chat_template or ""
-    state = ServerState(
+    return ServerState(
         settings=settings,
         engine=engine,
         keys=KeyStore(settings.data_dir / "keys.sqlite"),
@@ -66,43 +103,32 @@ def build_app(
         model_id=Path(settings.model).name,
         weights_version=weights_version(engine.model_path),
         template_version=hashlib.sha256(template.encode()).hexdigest()[:16],
-        rag=rag,
+        rag=RagServices.build(settings, engine, embedder),
     )
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine.start()
-        yield
-        engine.shutdown()
-        rag.store.close()
 
-    app = FastAPI(title="ragserve", lifespan=lifespan)
-    app.state.ragserve = state
-
-    def refusal(error: APIError) -> JSONResponse:
-        if error.rejection is not None:
-            state.metrics.requests_rejected.labels(reason=error.rejection).inc()
-        return JSONResponse(
-            error_body(error.message, error.type, error.code, error.param),
-            error.status,
-            headers=error.headers(),
-        )
-
-    app.add_middleware(
-        RequestGate,
-        state=state,
-        respond=refusal,
-        default=BodyCaps.api(settings.max_request_bytes),
-        caps={"/v1/documents": BodyCaps.upload(settings.max_upload_bytes)},
+def refusal(state: ServerState, error: APIError) -> JSONResponse:
+    """An APIError as its response, counted by its rejection reason."""
+    if error.rejection is not None:
+        state.metrics.requests_rejected.labels(reason=error.rejection).inc()
+    return JSONResponse(
+        error_body(error.message, error.type, error.code, error.param),
+        error.status,
+        headers=error.headers(),
     )
+
+
+def add_error_handlers(app: FastAPI, state: ServerState) -> None:
+    """Every refusal in the OpenAI error shape: the app's own, a service's, a body that fails
+    validation (400, not FastAPI's 422), Starlette's (no such route...), and a bug's (500)."""
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError) -> JSONResponse:
-        return refusal(error)
+        return refusal(state, error)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, error: ServiceError) -> JSONResponse:
-        return refusal(from_service(error))
+        return refusal(state, from_service(error))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -137,19 +163,6 @@ def build_app(
         return JSONResponse(
             error_body("internal server error", "server_error", "internal_error"), 500
         )
-
-    for router in (
-        system_routes(state),
-        completion_routes(state),
-        embeddings.router,
-        answer_routes(state),
-        documents.router,
-        audit.router,
-    ):
-        app.include_router(router)
-    mount_web(app)
-    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
-    return app
 
 
 ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}

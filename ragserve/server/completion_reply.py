@@ -25,6 +25,8 @@ class Choice:
     text: str
     finish_reason: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # A chat message that declines (OpenAI's structured outputs): no content, this text instead.
+    refusal: str | None = None
 
 
 @dataclass
@@ -86,6 +88,8 @@ class Reply:
             reason = wire_finish_reason(choice.finish_reason)
             if self.chat:
                 message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+                if choice.refusal is not None:
+                    message = {"role": "assistant", "content": None, "refusal": choice.refusal}
                 if choice.tool_calls:
                     message = {
                         "role": "assistant",
@@ -109,7 +113,14 @@ class Reply:
             "usage": result.usage.model_dump(),
         }
 
-    def _event(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
+    def event(
+        self,
+        choices: list[dict[str, Any]],
+        usage: Usage | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """One server-sent event; extra: fields beside the standard ones (the +rag model's
+        citations)."""
         payload: dict[str, Any] = {
             "id": self.request_id,
             "object": self.kind + ".chunk" if self.chat else self.kind,
@@ -119,7 +130,7 @@ class Reply:
         }
         if usage is not None:
             payload["usage"] = usage.model_dump()
-        return f"data: {json.dumps(payload)}\n\n"
+        return f"data: {json.dumps(payload | (extra or {}))}\n\n"
 
     def _choice(
         self, index: int, text: str | None, reason: str | None, role: bool = False
@@ -131,15 +142,15 @@ class Reply:
             delta["content"] = text
         return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
 
-    def _delta(self, index: int, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
+    def delta(self, index: int, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
         return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
 
-    def _openings(self, n: int) -> list[str]:
+    def openings(self, n: int) -> list[str]:
         """What precedes the generated text of each choice: the role, or the echoed prompt."""
         if self.chat:
-            return [self._event([self._choice(i, "", None, role=True)]) for i in range(n)]
+            return [self.event([self._choice(i, "", None, role=True)]) for i in range(n)]
         if self.echo:
-            return [self._event([self._choice(i, self.echo, None)]) for i in range(n)]
+            return [self.event([self._choice(i, self.echo, None)]) for i in range(n)]
         return []
 
     async def stream(
@@ -150,7 +161,7 @@ class Reply:
         ended = [False] * self.body.n
         calls = [CallStream(self.tools) for _ in range(self.body.n)] if self.tools else []
         try:
-            for event in self._openings(self.body.n):
+            for event in self.openings(self.body.n):
                 yield event
             async for output in stream:
                 usage = usage_of(output) if self.body.continuous_usage else None
@@ -162,9 +173,9 @@ class Reply:
                     if calls:
                         reason = wire_finish_reason(choice.finish_reason) if done else None
                         for delta, finish in calls[choice.index].feed(piece, reason):
-                            yield self._event([self._delta(choice.index, delta, finish)], usage)
+                            yield self.event([self.delta(choice.index, delta, finish)], usage)
                     elif piece or done:
-                        yield self._event(
+                        yield self.event(
                             [
                                 self._choice(
                                     choice.index,
@@ -175,7 +186,7 @@ class Reply:
                             usage,
                         )
                 if output.finished and self.body.final_usage:
-                    yield self._event([], usage_of(output))
+                    yield self.event([], usage_of(output))
             yield "data: [DONE]\n\n"
         except EngineDeadError as error:
             payload = error_body(str(error), "server_error", "engine_dead")
@@ -185,17 +196,17 @@ class Reply:
 
     async def replay(self, cached: Completion) -> AsyncIterator[str]:
         """A cached completion as the events its original stream had (in one piece each)."""
-        for event in self._openings(len(cached.choices)):
+        for event in self.openings(len(cached.choices)):
             yield event
         usage = cached.usage if self.body.continuous_usage else None
         for index, choice in enumerate(cached.choices):
             reason = wire_finish_reason(choice.finish_reason)
             if choice.tool_calls:
                 wire = [{"index": i, **call.wire()} for i, call in enumerate(choice.tool_calls)]
-                delta = self._delta(index, {"tool_calls": wire}, reason)
-                yield self._event([delta], usage)
+                delta = self.delta(index, {"tool_calls": wire}, reason)
+                yield self.event([delta], usage)
             else:
-                yield self._event([self._choice(index, choice.text, reason)], usage)
+                yield self.event([self._choice(index, choice.text, reason)], usage)
         if self.body.final_usage:
-            yield self._event([], cached.usage)
+            yield self.event([], cached.usage)
         yield "data: [DONE]\n\n"

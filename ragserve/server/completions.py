@@ -9,26 +9,24 @@ engine request; the later ones reuse the prompt's KV blocks through the prefix c
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
-from typing import get_args
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from ragserve.access import Principal
-from ragserve.engine.client import final_output
+from ragserve.engine.client import OutputStream, final_output
 from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
-from ragserve.server.answer_protocol import MAX_HISTORY, AnswerStyleName
 from ragserve.server.answers import rag_chat_completion
-from ragserve.server.completion_reply import Completion, Reply, completion_of, usage_of
-from ragserve.server.dependencies import principal
-from ragserve.server.errors import APIError, from_engine, from_limit, invalid
+from ragserve.server.cache_and_limits import acquire, cache_lookup, cache_store, release
+from ragserve.server.completion_reply import Reply, completion_of, usage_of
+from ragserve.server.dependencies import principal, server_state
+from ragserve.server.errors import APIError, from_engine, invalid
 from ragserve.server.lenient import unknown_fields
-from ragserve.server.limits import LimitExceeded
 from ragserve.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -36,7 +34,6 @@ from ragserve.server.protocol import (
     error_responses,
     new_id,
 )
-from ragserve.server.response_cache import cache_key
 from ragserve.server.responses import ChatCompletionResponse, CompletionResponse, json_or_events
 from ragserve.server.state import ServerState
 from ragserve.server.tool_calls import ToolUse
@@ -46,7 +43,6 @@ logger = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.1
 IGNORED_FIELDS_HEADER = "x-ragserve-ignored-fields"
 RAG_EXTENSIONS = frozenset({"answer_style"})
-ANSWER_STYLES: tuple[str, ...] = get_args(AnswerStyleName)
 
 
 def ignored_fields(
@@ -74,97 +70,59 @@ def tell_ignored(response: Response, names: list[str]) -> Response:
     return response
 
 
-def completion_routes(state: ServerState) -> APIRouter:
-    router = APIRouter(responses=error_responses(400, 401, 404, 429, 503))
+router = APIRouter(responses=error_responses(400, 401, 404, 429, 503))
+
+
+@router.post("/v1/chat/completions", responses=json_or_events(ChatCompletionResponse))
+async def chat_completions(
+    body: ChatCompletionRequest,
+    request: Request,
+    who: Principal = Depends(principal),
+    state: ServerState = Depends(server_state),
+) -> Response:
+    if body.model == state.rag_model_id:
+        # answer_style, an extension of the +rag model: quote, generate or auto.
+        ignored = ignored_fields(state, body, RAG_EXTENSIONS)
+        response = await rag_chat_completion(state, who, body)
+        return tell_ignored(response, ignored)
+    ignored = ignored_fields(state, body)
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    tools = ToolUse.of(body.tools, body.tool_choice)
+    if tools is not None:
+        messages = tools.messages(messages)
     tokenizer = state.engine.tokenizer
+    try:
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as error:  # a template may refuse a conversation shape
+        raise invalid(f"cannot apply the chat template: {error}", "invalid_messages") from error
+    token_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    response = await complete(state, body, token_ids, request, who, echo=None, tools=tools)
+    return tell_ignored(response, ignored)
 
-    @router.post("/v1/chat/completions", responses=json_or_events(ChatCompletionResponse))
-    async def chat_completions(
-        body: ChatCompletionRequest, request: Request, who: Principal = Depends(principal)
-    ) -> Response:
-        if body.model == state.rag_model_id:
-            # answer_style, an extension of the +rag model: quote, generate or auto.
-            ignored = ignored_fields(state, body, RAG_EXTENSIONS)
-            questions = [m.text() for m in body.messages if m.role == "user"]
-            if not questions or not questions[-1].strip():
-                raise invalid(
-                    "a RAG chat needs a user message",
-                    "invalid_messages",
-                )
-            style = (body.model_extra or {}).get("answer_style")
-            if style is not None and style not in ANSWER_STYLES:
-                raise invalid(
-                    f"answer_style must be one of {', '.join(ANSWER_STYLES)}, not {style!r}",
-                    "invalid_parameter",
-                    param="answer_style",
-                )
-            if body.n != 1:
-                raise invalid(
-                    "the +rag model gives one cited answer: n must be 1",
-                    "invalid_parameter",
-                    param="n",
-                )
-            if body.tools:
-                raise invalid(
-                    f"the +rag model does not call tools; use {state.model_id!r}",
-                    "invalid_parameter",
-                    param="tools",
-                )
-            constraint = body.output_constraint()
-            if constraint is not None and constraint.kind != "json":
-                raise invalid(
-                    "the +rag model answers in text or JSON (response_format) with citations; "
-                    f"for regex, choice or grammar output use {state.model_id!r}",
-                    "invalid_parameter",
-                    param="structured_outputs",
-                )
-            schema = None if constraint is None else constraint.spec
-            # The earlier user messages, for a follow-up (assistant turns quote evidence the
-            # caller may no longer read, so they take no part in retrieval).
-            history = [q for q in questions[:-1] if q.strip()][-MAX_HISTORY:]
-            response = await rag_chat_completion(
-                state, who, questions[-1], body.stream, schema, style, history
-            )
-            return tell_ignored(response, ignored)
-        ignored = ignored_fields(state, body)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        tools = ToolUse.of(body.tools, body.tool_choice)
-        if tools is not None:
-            messages = tools.messages(messages)
-        try:
-            prompt = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as error:  # a template may refuse a conversation shape
-            raise invalid(
-                f"cannot apply the chat template: {error}",
-                "invalid_messages",
-            ) from error
-        token_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        response = await complete(state, body, token_ids, request, who, echo=None, tools=tools)
-        return tell_ignored(response, ignored)
 
-    @router.post("/v1/completions", responses=json_or_events(CompletionResponse))
-    async def completions(
-        body: CompletionRequest, request: Request, who: Principal = Depends(principal)
-    ) -> Response:
-        ignored = ignored_fields(state, body)
-        if isinstance(body.prompt, str):
-            token_ids = tokenizer.encode(body.prompt, add_special_tokens=False)
-        else:
-            token_ids = list(body.prompt)
-        echo = None
-        if body.echo:
-            if not isinstance(body.prompt, str):
-                try:  # ids outside the vocabulary cannot be decoded
-                    state.engine.check_token_ids(token_ids)
-                except EngineError as error:
-                    raise from_engine(error) from error
-            echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(token_ids)
-        response = await complete(state, body, token_ids, request, who, echo)
-        return tell_ignored(response, ignored)
-
-    return router
+@router.post("/v1/completions", responses=json_or_events(CompletionResponse))
+async def completions(
+    body: CompletionRequest,
+    request: Request,
+    who: Principal = Depends(principal),
+    state: ServerState = Depends(server_state),
+) -> Response:
+    ignored = ignored_fields(state, body)
+    tokenizer = state.engine.tokenizer
+    if isinstance(body.prompt, str):
+        token_ids = tokenizer.encode(body.prompt, add_special_tokens=False)
+    else:
+        token_ids = list(body.prompt)
+    echo = None
+    if body.echo:
+        if not isinstance(body.prompt, str):
+            try:  # ids outside the vocabulary cannot be decoded
+                state.engine.check_token_ids(token_ids)
+            except EngineError as error:
+                raise from_engine(error) from error
+        echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(token_ids)
+    response = await complete(state, body, token_ids, request, who, echo)
+    return tell_ignored(response, ignored)
 
 
 def sampling_params(
@@ -225,7 +183,6 @@ async def complete(
 ) -> Response:
     """Run one completion request; echo is the prompt text to send back first, if asked;
     tools, how a chat may call functions."""
-    metrics = state.metrics
     chat = isinstance(body, ChatCompletionRequest)
     if body.model != state.model_id:
         raise APIError(
@@ -237,47 +194,29 @@ async def complete(
     constraint = tools.constraint() if tools is not None else body.output_constraint()
     params = sampling_params(state, body, len(token_ids), constraint)
     reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools)
-    key = None
-    if state.cache is not None and body.deterministic:
-        key = cache_key(
-            {
-                "permissions": who.permission_key,
-                "model": [state.model_id, state.weights_version],
-                "template": state.template_version,
-                "kind": "chat" if chat else "text",
-                "request": body.cache_fields(),
-            }
-        )
-        metrics.response_cache_queries.inc()
-        cached: Completion | None = state.cache.get(key)
-        if cached is not None:
-            metrics.response_cache_hits.inc()
-            if body.stream:
-                return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
-            return JSONResponse(reply.json(cached))
-    try:
-        await state.limiter.acquire(who.account, len(token_ids))
-    except LimitExceeded as error:
-        raise from_limit(error) from error
+    key, cached = None, None
+    if body.deterministic:
+        parts = {
+            "permissions": who.permission_key,
+            "model": [state.model_id, state.weights_version],
+            "template": state.template_version,
+            "kind": "chat" if chat else "text",
+            "request": body.cache_fields(),
+        }
+        key, cached = cache_lookup(state, parts)
+    if cached is not None:
+        if body.stream:
+            return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
+        return JSONResponse(reply.json(cached))
+    await acquire(state, who, len(token_ids))
     try:
         stream = await state.engine.add_request(
             token_ids, params, reply.request_id, who.account, who.tenant, body.priority
         )
     except (EngineError, EngineDeadError) as error:
-        state.limiter.release(who.account, 0)
+        release(state, who, 0)
         raise from_engine(error) from error
-
-    def finish(output: RequestOutput | None) -> None:
-        stream.close()
-        state.limiter.release(who.account, usage_of(output).completion_tokens if output else 0)
-        if output is None or not output.finished:
-            metrics.request_success.labels(finished_reason="abort").inc()
-            return
-        metrics.observe_finished(output, stream.token_times)
-        reasons = {c.finish_reason for c in output.outputs}
-        if key is not None and state.cache is not None and reasons <= {"stop", "length"}:
-            state.cache.put(key, completion_of(output, tools))
-
+    finish = _finisher(state, who, stream, key, tools)
     if body.stream:
         return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
     output = None
@@ -290,6 +229,29 @@ async def complete(
     if output is None:  # the client left; nobody reads this
         return Response(status_code=499)
     return JSONResponse(reply.json(completion_of(output, tools)))
+
+
+def _finisher(
+    state: ServerState,
+    who: Principal,
+    stream: OutputStream,
+    key: str | None,
+    tools: ToolUse | None,
+) -> Callable[[RequestOutput | None], None]:
+    """What ends a request, finished or not: the stream closed, the caller's limits released,
+    the metrics counted, and a complete response cached."""
+
+    def finish(output: RequestOutput | None) -> None:
+        stream.close()
+        release(state, who, usage_of(output).completion_tokens if output else 0)
+        if output is None or not output.finished:
+            state.metrics.request_success.labels(finished_reason="abort").inc()
+            return
+        state.metrics.observe_finished(output, stream.token_times)
+        if {c.finish_reason for c in output.outputs} <= {"stop", "length"}:
+            cache_store(state, key, completion_of(output, tools))
+
+    return finish
 
 
 async def until_done_or_disconnected(
