@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install browser demo test lint bench
+.PHONY: install browser demo test test-fast lint bench
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,12 @@ test: install $(VENV)/.ray browser
 	$(VENV)/bin/ruff check ragserve tests
 	$(VENV)/bin/ruff format --check ragserve tests
 	$(VENV)/bin/pytest -q --durations=30
+
+# What a developer runs on every edit: the tests that need no real model, no server over it, no
+# PostgreSQL, Chromium or Ray (tests/conftest.py marks the others slow); the engine's mechanics
+# run on a tiny random-weight model.
+test-fast: install
+	$(VENV)/bin/pytest -q -m "not slow" --durations=10
 
 bench: install
 	$(VENV)/bin/ragserve bench offline

@@ -1,3 +1,4 @@
+import inspect
 import os
 import uuid
 
@@ -13,6 +14,33 @@ def llm_fp32():
     from ragserve import LLM
 
     return LLM(dtype="float32", kv_cache_memory_bytes=4096 * 46080)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A two-layer Llama with random weights and the default model's tokenizer (tiny_model.py)."""
+    from ragserve.engine.config import DEFAULT_MODEL
+    from ragserve.engine.loader import resolve_model
+    from tests.tiny_model import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), resolve_model(DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="session")
+def make_tiny_llm(tiny_model_dir):
+    """The tiny model in float32, with the engine settings given."""
+    from ragserve import LLM
+
+    return lambda **engine_args: LLM(str(tiny_model_dir), "float32", **engine_args)
+
+
+@pytest.fixture(scope="session")
+def llm_tiny(make_tiny_llm):
+    """The tiny model with a pool of 4096 tokens, for tests of the engine's mechanics: what it
+    writes is meaningless."""
+    from tests.tiny_model import KV_BYTES_PER_TOKEN
+
+    return make_tiny_llm(kv_cache_memory_bytes=4096 * KV_BYTES_PER_TOKEN)
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +72,39 @@ def new_postgres_database(server) -> str:
     with psycopg.connect(server.get_uri(), autocommit=True) as db:
         db.execute(f"CREATE DATABASE {name}")
     return server.get_uri(name)
+
+
+# What makes a test slow: the real model, a server over it, PostgreSQL, Chromium or Ray, used
+# through one of these fixtures or built by the test module itself. `make test-fast` leaves
+# such tests out (-m "not slow"); `make test` runs everything.
+SLOW_FIXTURES = frozenset({"llm_fp32", "default_model_path", "postgres_server", "server"})
+SLOW_MODULE_TEXT = (
+    "LLMEngine(",
+    "LLM(",
+    "build_app(",
+    "start_server(",
+    "subprocess",
+    "import ray",
+    "ragserve.cluster.deploy",
+    "playwright",
+)
+
+
+def _builds_slow_parts(module) -> bool:
+    source = inspect.getsource(module)
+    return any(text in source for text in SLOW_MODULE_TEXT)
+
+
+def pytest_collection_modifyitems(config, items):
+    slow_modules: dict[str, bool] = {}
+    for item in items:
+        name = item.module.__name__
+        if name not in slow_modules:
+            slow_modules[name] = _builds_slow_parts(item.module)
+        params = getattr(item, "callspec", None)
+        if (
+            slow_modules[name]
+            or SLOW_FIXTURES & set(item.fixturenames)
+            or (params is not None and "postgres" in params.params.values())
+        ):
+            item.add_marker(pytest.mark.slow)

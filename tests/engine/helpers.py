@@ -1,5 +1,7 @@
-"""Scheduler-level test helpers: sequences and a scheduler without a model."""
+"""Engine test helpers: sequences and a scheduler without a model; prompts, and checks that a
+finished engine holds no request and no block."""
 
+from ragserve import LLM
 from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig
@@ -50,3 +52,27 @@ def run_step(scheduler: Scheduler, next_token: int = 7) -> dict[str, int]:
         if seq.num_output_tokens >= seq.max_tokens:
             scheduler.finish(seq, "length")
     return {s.request_id: n for s, n in zip(batch.seqs, batch.num_new_tokens, strict=True)}
+
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three laws of thermodynamics are",
+    "List of prime numbers: 2, 3, 5,",
+]
+GREEDY = SamplingParams(max_tokens=32, temperature=0)
+
+
+def finish_all(llm: LLM) -> list:
+    outputs = []
+    while llm.engine.has_unfinished_requests():
+        outputs.extend(llm.engine.step())
+    return outputs
+
+
+def assert_no_leak(llm: LLM) -> None:
+    stats = llm.engine.stats()
+    assert stats.num_running == 0 and stats.num_waiting == 0
+    assert stats.kv_blocks_free == stats.kv_blocks_total
+    assert all(b.ref_count == 0 for b in llm.engine.block_manager.blocks)

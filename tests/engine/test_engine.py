@@ -6,30 +6,8 @@ import pytest
 import torch
 
 from ragserve import LLM, SamplingParams
-from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError
-
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village,",
-    "The three laws of thermodynamics are",
-    "List of prime numbers: 2, 3, 5,",
-]
-GREEDY = SamplingParams(max_tokens=32, temperature=0)
-
-
-def finish_all(llm: LLM) -> list:
-    outputs = []
-    while llm.engine.has_unfinished_requests():
-        outputs.extend(llm.engine.step())
-    return outputs
-
-
-def assert_no_leak(llm: LLM) -> None:
-    stats = llm.engine.stats()
-    assert stats.num_running == 0 and stats.num_waiting == 0
-    assert stats.kv_blocks_free == stats.kv_blocks_total
-    assert all(b.ref_count == 0 for b in llm.engine.block_manager.blocks)
+from ragserve.engine.errors import InvalidRequestError
+from tests.engine.helpers import GREEDY, PROMPTS, assert_no_leak, finish_all
 
 
 def test_greedy_matches_transformers(llm_fp32, default_model_path):
@@ -65,87 +43,6 @@ def test_chunked_prefill_gives_the_same_output():
     assert chunked.engine.step_times.steps > 32
     whole = LLM(dtype="float32", kv_cache_memory_bytes=2048 * 46080)
     assert whole.generate(prompt, GREEDY)[0].outputs[0].token_ids == out.outputs[0].token_ids
-
-
-def test_prefix_cache_hits_within_tenant_only(llm_fp32):
-    engine = llm_fp32.engine
-    prefix = list(range(1000, 1064))
-    params = SamplingParams(max_tokens=4, temperature=0)
-    engine.add_request([*prefix, 5, 6, 7], params, cache_salt="tenant-a", request_id="p1")
-    finish_all(llm_fp32)
-    engine.add_request([*prefix, 8, 9], params, cache_salt="tenant-a", request_id="p2")
-    engine.add_request([*prefix, 8, 9], params, cache_salt="tenant-b", request_id="p3")
-    outputs = {o.request_id: o for o in finish_all(llm_fp32) if o.finished}
-    assert outputs["p2"].num_cached_tokens >= 48
-    assert outputs["p3"].num_cached_tokens == 0
-    assert_no_leak(llm_fp32)
-
-
-def test_abort_frees_blocks(llm_fp32):
-    engine = llm_fp32.engine
-    params = SamplingParams(max_tokens=200, temperature=0, ignore_eos=True)
-    engine.add_request(PROMPTS[0], params, request_id="keep")
-    engine.add_request(PROMPTS[1] * 20, params, request_id="drop-running")
-    engine.add_request(PROMPTS[2], params, request_id="drop-waiting")
-    engine.step()
-    engine.step()
-    assert engine.stats().kv_blocks_used > 0
-    engine.abort_request("drop-running")
-    engine.abort_request("drop-waiting")
-    engine.abort_request("keep")
-    outputs = engine.step()
-    assert {o.request_id for o in outputs if o.finished} == {"keep", "drop-running", "drop-waiting"}
-    assert all(o.outputs[0].finish_reason == "abort" for o in outputs)
-    assert_no_leak(llm_fp32)
-
-
-def test_preemption_keeps_greedy_output():
-    # 8 blocks of 16 tokens: three 40-token sequences cannot all grow to 72 tokens.
-    small = LLM(dtype="float32", kv_cache_memory_bytes=8 * 16 * 46080, output_reserve_tokens=0)
-    prompts = [f"{p} {p}" for p in PROMPTS[:3]]
-    params = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
-    together = small.generate(prompts, params)
-    assert small.engine.stats().num_preemptions > 0
-    assert any(o.metrics.num_preemptions for o in together)
-    for prompt, output in zip(prompts, together, strict=True):
-        alone = small.generate(prompt, params)[0]
-        assert alone.outputs[0].token_ids == output.outputs[0].token_ids
-    assert_no_leak(small)
-
-
-def test_impossible_requests_are_rejected_at_once(llm_fp32):
-    engine = llm_fp32.engine
-    too_long = list(range(100, 100 + engine.max_model_len))
-    with pytest.raises(InvalidRequestError, match="max_model_len"):
-        engine.add_request(too_long, GREEDY)
-    with pytest.raises(InvalidRequestError, match="max_tokens"):
-        engine.add_request([1, 2, 3], SamplingParams(max_tokens=engine.max_model_len))
-    with pytest.raises(InvalidRequestError, match="empty"):
-        engine.add_request("", GREEDY)
-    with pytest.raises(InvalidRequestError, match="token ids"):
-        engine.add_request([1, 10**9], GREEDY)
-    assert not engine.has_unfinished_requests()
-
-
-def test_pool_bounds_max_model_len():
-    tiny = LLM(dtype="float32", kv_cache_memory_bytes=4 * 16 * 46080)
-    assert tiny.engine.max_model_len == 64
-    with pytest.raises(InvalidRequestError):
-        tiny.engine.add_request(list(range(100, 160)), SamplingParams(max_tokens=10))
-
-
-def test_queue_limit_rejects_with_overload(llm_fp32):
-    engine = llm_fp32.engine
-    limit = engine.config.max_queued_requests
-    engine.config.max_queued_requests = 2
-    try:
-        engine.add_request("a b c", GREEDY)
-        engine.add_request("d e f", GREEDY)
-        with pytest.raises(EngineOverloadedError):
-            engine.add_request("g h i", GREEDY)
-    finally:
-        engine.config.max_queued_requests = limit
-    finish_all(llm_fp32)
 
 
 def test_seeded_sampling_is_reproducible(llm_fp32):
@@ -238,37 +135,6 @@ def test_logprobs_of_the_top_tokens(llm_fp32):
         assert all(v <= 0 for v in top.values())
     plain = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0))[0]
     assert plain.outputs[0].logprobs is None
-
-
-def test_n_choices_share_the_prompt_blocks(llm_fp32):
-    prompt = PROMPTS[2] * 6  # several full blocks
-    params = SamplingParams(n=3, max_tokens=12, temperature=1.0, seed=11)
-    (output,) = llm_fp32.generate(prompt, params)
-    assert [c.index for c in output.outputs] == [0, 1, 2]
-    assert all(c.finish_reason in ("stop", "length") for c in output.outputs)
-    texts = {c.text for c in output.outputs}
-    assert len(texts) > 1, "seeded choices draw different noise"
-    # The same seed gives the same choices again.
-    (again,) = llm_fp32.generate(prompt, params)
-    assert [c.token_ids for c in again.outputs] == [c.token_ids for c in output.outputs]
-    # Choice 1 and 2 reuse the blocks choice 0 computed.
-    block = llm_fp32.engine.config.block_size
-    queries = llm_fp32.engine.block_manager.prefix_cache_hits
-    llm_fp32.generate(PROMPTS[3] * 6, SamplingParams(n=2, max_tokens=2, temperature=0))
-    hits = llm_fp32.engine.block_manager.prefix_cache_hits - queries
-    prompt_blocks = len(llm_fp32.engine.tokenizer.encode(PROMPTS[3] * 6)) // block
-    assert hits >= prompt_blocks
-    assert_no_leak(llm_fp32)
-
-
-def test_aborting_a_request_with_held_choices_frees_everything(llm_fp32):
-    engine = llm_fp32.engine
-    engine.add_request(PROMPTS[0] * 10, SamplingParams(n=4, max_tokens=8), request_id="fan")
-    engine.abort_request("fan")
-    outputs = finish_all(llm_fp32)
-    assert [o.finished for o in outputs] == [True]
-    assert [c.finish_reason for c in outputs[0].outputs] == ["abort"] * 4
-    assert_no_leak(llm_fp32)
 
 
 def test_min_tokens_holds_off_eos_and_stops(llm_fp32):
