@@ -1,6 +1,8 @@
 """The C++ kernels against plain PyTorch, and the PyTorch fallbacks against the same
 references, in float32 and bfloat16."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -195,6 +197,26 @@ def test_a_build_killed_midway_does_not_block_later_starts(tmp_path, monkeypatch
     monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
     assert kernels.extension.__wrapped__() == "built"
     assert seen == [False], "the stale marker was removed before the build"
+
+
+def test_every_checkout_builds_from_the_same_source_paths(tmp_path, monkeypatch):
+    """torch rebuilds an extension whose source paths change: the build reads a copy of the
+    sources inside its own directory, never the checkout's csrc/, so two checkouts of the same
+    sources share one build instead of rebuilding each other's."""
+    import torch.utils.cpp_extension
+
+    monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
+    given = []
+    monkeypatch.setattr(
+        torch.utils.cpp_extension, "load", lambda **kwargs: given.append(kwargs["sources"])
+    )
+    kernels.extension.__wrapped__()
+    kernels.extension.__wrapped__()
+    build_dir = kernels.build_directory()
+    assert given[0] == given[1]
+    assert all(Path(source).parent == build_dir / "csrc" for source in given[0])
+    for name in kernels.SOURCES:
+        assert (build_dir / "csrc" / name).read_bytes() == (kernels.CSRC / name).read_bytes()
 
 
 def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
