@@ -104,9 +104,9 @@ class ModelOnDemand:
         from transformers import AutoConfig
 
         from ragserve.engine.config import size_kv_cache
-        from ragserve.engine.model import ModelSpec
+        from ragserve.engine.models import spec_of
 
-        spec = ModelSpec.from_config(AutoConfig.from_pretrained(self.model_path))
+        spec = spec_of(AutoConfig.from_pretrained(self.model_path))
         return size_kv_cache(self.config, spec).max_model_len
 
     def start(self) -> "AsyncEngine":

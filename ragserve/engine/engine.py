@@ -24,7 +24,7 @@ from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, c
 from ragserve.engine.kv_cache import DTYPES, KVCache
 from ragserve.engine.loader import read_weights, resolve_model
 from ragserve.engine.logits_processor import LogitsProcessor
-from ragserve.engine.model import LlamaModel, ModelSpec
+from ragserve.engine.models import build_model, spec_of
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.request_state import Choice, RequestState
 from ragserve.engine.runner import ModelRunner
@@ -56,7 +56,7 @@ class LLMEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         dtype = DTYPES[config.dtype]
         hf_config = AutoConfig.from_pretrained(self.model_path)
-        spec = ModelSpec.from_config(hf_config)
+        spec = spec_of(hf_config)
         sizing = size_kv_cache(config, spec)
         num_blocks = sizing.num_blocks
         self.kv_cache = KVCache(
@@ -72,7 +72,7 @@ class LLMEngine:
             dtype,
         )
         self.max_model_len = sizing.max_model_len
-        self.model = LlamaModel.from_weights(
+        self.model = build_model(
             read_weights(self.model_path), hf_config, dtype, self.max_model_len
         )
         # Built (once per machine, about a minute) at start-up rather than in the first request.

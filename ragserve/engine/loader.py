@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from ragserve.engine.config import cache_dir
 from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
-from ragserve.engine.model import check_architecture
+from ragserve.engine.models import model_class
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def check_folder(folder: Path) -> Path:
     if not config_file.is_file():
         raise ModelNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
     try:
-        check_architecture(json.loads(config_file.read_text()).get("architectures"))
+        model_class(json.loads(config_file.read_text()).get("architectures"))
     except UnsupportedModelError as error:
         raise UnsupportedModelError(f"{folder}: {error}") from error
     return folder

@@ -12,7 +12,7 @@ import torch
 from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kv_cache import KVCache
 from ragserve.engine.logits_processor import LogitsProcessor
-from ragserve.engine.model import LlamaModel
+from ragserve.engine.models.spec import DecoderModel
 from ragserve.engine.sampler import Sampler
 from ragserve.engine.scheduler import ScheduledBatch
 from ragserve.engine.sequence import Sequence
@@ -22,7 +22,7 @@ from ragserve.engine.structured import Masks, fill_masks_soon
 class ModelRunner:
     def __init__(
         self,
-        model: LlamaModel,
+        model: DecoderModel,
         kv_cache: KVCache,
         sampler: Sampler,
         logits_processor: LogitsProcessor,

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ragserve.engine import kernels
 from ragserve.engine.config import native_bf16
-from ragserve.engine.model import Projection
+from ragserve.engine.layers import Projection
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama, SmolLM2, Qwen2 with q/k/v bias) over the paged KV cache.
+"""The Llama decoder (Llama, SmolLM2, and the base of Qwen2) over the paged KV cache.
 
 All scheduled tokens of a step, prefill and decode, go through each projection as one matmul;
 q/k/v and gate/up are fused at load time so a layer costs four matmuls.
@@ -17,103 +17,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
-from ragserve.engine.errors import UnsupportedModelError
-from ragserve.engine.kernels import (
-    add_rms_norm,
-    linear,
-    long_input_weight,
-    rope_in_place,
-    silu_mul,
-)
-
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
-
-def check_architecture(architectures: list[str] | None) -> list[str]:
-    """The config's architectures, if this model code runs one of them."""
-    found = list(architectures or [])
-    if not set(found) & set(SUPPORTED_ARCHITECTURES):
-        raise UnsupportedModelError(
-            f"unsupported architecture {found}; supported: " + ", ".join(SUPPORTED_ARCHITECTURES)
-        )
-    return found
-
-
-@dataclass
-class ModelSpec:
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    rms_norm_eps: float
-    max_position_embeddings: int
-    qkv_bias: bool
-    tie_word_embeddings: bool
-
-    @classmethod
-    def from_config(cls, config: PretrainedConfig) -> "ModelSpec":
-        architectures = check_architecture(config.architectures)
-        heads = config.num_attention_heads
-        return cls(
-            hidden_size=config.hidden_size,
-            num_layers=config.num_hidden_layers,
-            num_heads=heads,
-            num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            vocab_size=config.vocab_size,
-            rms_norm_eps=config.rms_norm_eps,
-            max_position_embeddings=config.max_position_embeddings,
-            qkv_bias="Qwen2ForCausalLM" in architectures
-            or bool(getattr(config, "attention_bias", False)),
-            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        )
-
-
-def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.Tensor:
-    """cos and sin for positions [0, max_len), as [2, max_len, head_dim] float32."""
-    params = getattr(config, "rope_parameters", None) or {}
-    rope_type = params.get("rope_type", "default")
-    if rope_type not in STATIC_ROPE_TYPES:
-        raise UnsupportedModelError(
-            f"unsupported RoPE type {rope_type!r}; supported: {', '.join(STATIC_ROPE_TYPES)}"
-        )
-    if rope_type == "default":
-        theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
-        scaling = 1.0
-    else:
-        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
-    freqs = torch.outer(torch.arange(max_len, dtype=torch.float), inv_freq.float())
-    angles = torch.cat((freqs, freqs), dim=-1)
-    return torch.stack((angles.cos() * scaling, angles.sin() * scaling))
-
-
-@dataclass
-class Projection:
-    """A linear layer's weight [N, K] and bias. A bfloat16 weight also keeps a copy laid out
-    for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
-    without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
-    kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
-    weights on every forward pass."""
-
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-    long_input: torch.Tensor | None = None
-
-    @classmethod
-    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
-        return cls(weight, bias, long_input_weight(weight))
-
-    def __call__(
-        self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
-    ) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input)
+from ragserve.engine.kernels import add_rms_norm, rope_in_place, silu_mul
+from ragserve.engine.layers import Projection, rope_tables
+from ragserve.engine.models.spec import ModelSpec
 
 
 @dataclass
@@ -127,6 +35,9 @@ class LayerWeights:
 
 
 class LlamaModel:
+    # Whether the q/k/v projections always carry biases; otherwise the config's attention_bias.
+    QKV_BIAS = False
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -181,8 +92,14 @@ class LlamaModel:
         dtype: torch.dtype,
         max_len: int,
     ) -> "LlamaModel":
-        spec = ModelSpec.from_config(config)
+        spec = cls.spec_of(config)
         return cls(spec, weights, rope_tables(config, spec.head_dim, max_len), dtype)
+
+    @classmethod
+    def spec_of(cls, config: PretrainedConfig) -> ModelSpec:
+        return ModelSpec.from_config(
+            config, cls.QKV_BIAS or bool(getattr(config, "attention_bias", False))
+        )
 
     @torch.inference_mode()
     def forward(

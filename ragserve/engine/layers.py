@@ -1,0 +1,54 @@
+"""Layers the model architectures share: a linear projection over the CPU kernels, and RoPE
+tables."""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from ragserve.engine.errors import UnsupportedModelError
+from ragserve.engine.kernels import linear, long_input_weight
+
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.Tensor:
+    """cos and sin for positions [0, max_len), as [2, max_len, head_dim] float32."""
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise UnsupportedModelError(
+            f"unsupported RoPE type {rope_type!r}; supported: {', '.join(STATIC_ROPE_TYPES)}"
+        )
+    if rope_type == "default":
+        theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        scaling = 1.0
+    else:
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+    freqs = torch.outer(torch.arange(max_len, dtype=torch.float), inv_freq.float())
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return torch.stack((angles.cos() * scaling, angles.sin() * scaling))
+
+
+@dataclass
+class Projection:
+    """A linear layer's weight [N, K] and bias. A bfloat16 weight also keeps a copy laid out
+    for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
+    without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
+    kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
+    weights on every forward pass."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    long_input: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
+        return cls(weight, bias, long_input_weight(weight))
+
+    def __call__(
+        self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
+    ) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input)

@@ -1,0 +1,36 @@
+"""The model architectures the engine runs, chosen by the name in a model config's
+`architectures` (as vLLM's registry does). A new architecture is a module here, built from the
+shared layers (engine/layers.py), and one line in REGISTRY."""
+
+import torch
+from transformers import PretrainedConfig
+
+from ragserve.engine.errors import UnsupportedModelError
+from ragserve.engine.models.llama import LlamaModel
+from ragserve.engine.models.qwen2 import Qwen2Model
+from ragserve.engine.models.spec import DecoderModel, ModelSpec
+
+REGISTRY: dict[str, type[LlamaModel]] = {
+    "LlamaForCausalLM": LlamaModel,
+    "Qwen2ForCausalLM": Qwen2Model,
+}
+
+
+def model_class(architectures: list[str] | None) -> type[LlamaModel]:
+    """The class for the first of the config's architectures that the engine runs."""
+    for name in architectures or []:
+        if name in REGISTRY:
+            return REGISTRY[name]
+    raise UnsupportedModelError(
+        f"unsupported architecture {list(architectures or [])}; supported: " + ", ".join(REGISTRY)
+    )
+
+
+def spec_of(config: PretrainedConfig) -> ModelSpec:
+    return model_class(config.architectures).spec_of(config)
+
+
+def build_model(
+    weights: dict[str, torch.Tensor], config: PretrainedConfig, dtype: torch.dtype, max_len: int
+) -> DecoderModel:
+    return model_class(config.architectures).from_weights(weights, config, dtype, max_len)
