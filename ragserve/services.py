@@ -24,7 +24,7 @@ from ragserve.rag.embeddings import Embedder, embedding_dimension
 from ragserve.rag.evidence import EvidenceSelector
 from ragserve.rag.ingest import Ingestor
 from ragserve.rag.prompt import PromptBuilder
-from ragserve.rag.rerank import CrossEncoderReranker, Generate, LLMReranker, Reranker
+from ragserve.rag.rerank import CrossEncoderReranker, LLMReranker, Reranker
 from ragserve.rag.retrieval import Retriever
 from ragserve.rag.store import Store, open_store
 from ragserve.settings import Settings
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from ragserve.engine.async_engine import AsyncEngine
     from ragserve.engine.cache_salt import Narrowing
-    from ragserve.engine.client import TokenizedModel
+    from ragserve.engine.client import Generate, TokenizedModel
     from ragserve.engine.engine import LLMEngine
     from ragserve.engine.outputs import RequestOutput
     from ragserve.engine.sampling_params import SamplingParams
@@ -120,8 +120,8 @@ class ModelOnDemand:
                 self.runner = runner
             return self.runner
 
-    def generator(self, user: str, tenant: str, prefix: str) -> Generate:
-        """As AsyncEngine.generator, starting the engine on the first call."""
+    def generator(self, user: str, tenant: str, prefix: str) -> "Generate":
+        """As engine.client.generator, starting the engine on the first call."""
         started: Generate | None = None
 
         async def generate(
@@ -129,8 +129,10 @@ class ModelOnDemand:
         ) -> AsyncIterator["RequestOutput"]:
             nonlocal started
             if started is None:
+                from ragserve.engine.client import generator
+
                 runner = await asyncio.to_thread(self.start)
-                started = started or runner.generator(user, tenant, prefix)
+                started = started or generator(runner, user, tenant, prefix)
             async for output in started(token_ids, params, narrowing):
                 yield output
 

@@ -5,18 +5,16 @@ it; the engine frees its KV blocks at the next step boundary.
 """
 
 import asyncio
-import itertools
 import logging
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ragserve.engine.cache_salt import CacheSalt, Narrowing
+from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.engine import LLMEngine
 from ragserve.engine.errors import EngineDeadError
 from ragserve.engine.outputs import RequestOutput
@@ -136,28 +134,6 @@ class AsyncEngine:
             raise
         self._wakeup.set()
         return stream
-
-    def generator(
-        self, user: str, tenant: str, prefix: str
-    ) -> Callable[[list[int], SamplingParams, Narrowing], AsyncIterator[RequestOutput]]:
-        """Generation for local callers (CLI, evaluation) as one principal: each call streams a
-        prompt's completion, and closing the stream aborts it."""
-        counter = itertools.count()
-
-        async def generate(
-            token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
-        ) -> AsyncIterator[RequestOutput]:
-            salt = CacheSalt(tenant, narrowing)
-            stream = await self.add_request(
-                token_ids, params, f"{prefix}-{next(counter)}", user, salt
-            )
-            try:
-                async for output in stream:
-                    yield output
-            finally:
-                stream.close()
-
-        return generate
 
     def release(self, stream: RequestStream) -> None:
         self._streams.pop(stream.request_id, None)

@@ -5,14 +5,15 @@ Both speak in token ids: the caller tokenizes, so a request that reaches an engi
 within its limits, and a router in front of replicas can see the prompt's prefix.
 """
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from ragserve.engine.cache_salt import CacheSalt
+from ragserve.engine.cache_salt import CacheSalt, Narrowing
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.stats import EngineStats
@@ -88,3 +89,45 @@ class EngineClient(TokenizedModel, Protocol):
     def start(self) -> None: ...
 
     def shutdown(self) -> None: ...
+
+
+class Generate(Protocol):
+    def __call__(
+        self, token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+    ) -> AsyncIterator[RequestOutput]:
+        """Run a prompt (token ids) on the served model, yielding the request's output so far.
+        `narrowing` names where restricted text starts and who may read it (CacheSalt), so
+        its KV blocks are shared only with callers that may read it too."""
+        ...
+
+
+def generator(
+    engine: "EngineClient",
+    user: str,
+    tenant: str,
+    prefix: str,
+    finished: Callable[[RequestOutput, OutputStream], None] | None = None,
+) -> Generate:
+    """Generation as one principal: each call streams one prompt's completion (request ids
+    prefix-0, prefix-1, ...). The tenant salts the prefix cache, and a prompt's narrowing (who
+    may read each source) salts its blocks from the first source on; closing the stream aborts
+    the request; finished sees each completed request with its stream (for metrics)."""
+    counter = itertools.count()
+
+    async def generate(
+        token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
+    ) -> AsyncIterator[RequestOutput]:
+        salt = CacheSalt(tenant, narrowing)
+        stream = await engine.add_request(
+            token_ids, params, f"{prefix}-{next(counter)}", user, salt
+        )
+        output = None
+        try:
+            async for output in stream:
+                yield output
+        finally:
+            stream.close()
+            if finished is not None and output is not None and output.finished:
+                finished(output, stream)
+
+    return generate

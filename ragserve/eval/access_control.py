@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ragserve.access import Principal, Role, access_for
 from ragserve.engine.async_engine import AsyncEngine
+from ragserve.engine.client import generator
 from ragserve.eval.answers import answer_one
 from ragserve.eval.injection import MAX_CONCURRENT, OWNER, leaked
 from ragserve.eval.metrics import rate
@@ -105,7 +106,7 @@ async def run_access(memos_: list[Memo], services: RagServices, runner: AsyncEng
     async def ask(name: str, principal: Principal, memo: Memo, phase: str) -> dict:
         access = access_for(principal)
         retrieved = await asyncio.to_thread(services.retriever.retrieve, access, memo.question)
-        generate = runner.generator(principal.user, principal.tenant, f"{memo.doc_id}-{name}")
+        generate = generator(runner, principal.user, principal.tenant, f"{memo.doc_id}-{name}")
         async with limit:
             result, raw = await answer_one(services.answers, memo.question, generate, access)
         docs = {c.doc_id for c in retrieved.chunks} | {c.doc_id for c in result.citations}
@@ -159,7 +160,7 @@ async def refusal_timing(
     one at a time and interleaved so that drift in the machine's speed hits both alike."""
     reader = PRINCIPALS["staff"]
     access = access_for(reader)
-    generate = runner.generator(reader.user, reader.tenant, "timing")
+    generate = generator(runner, reader.user, reader.tenant, "timing")
     seconds: dict[str, list[float]] = {"forbidden": [], "missing": []}
     refused: dict[str, list[bool]] = {"forbidden": [], "missing": []}
     for n in range(asks):

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ragserve.engine.client import generator
 from ragserve.eval.cli_common import (
     ConfigOption,
     JsonOption,
@@ -108,7 +109,7 @@ def retrieval(
     needs_model = any(n.strip() == "llm" for n in rerankers.split(","))
     with running_engine(settings) if needs_model else nullcontext() as runner:
         chosen = _rerankers(rerankers, lambda: runner.engine.tokenizer)
-        generate = runner.generator("eval", "eval", "rerank") if runner else None
+        generate = generator(runner, "eval", "eval", "rerank") if runner else None
         with console.status("retrieving") as status:
             report = evaluation.evaluate(context, chosen, generate, status.update)
     context.close()
@@ -168,7 +169,7 @@ def answers(
             evaluation.answer_all(
                 evaluation.ablated(services.answers, variant),
                 context.items,
-                runner.generator("eval", "eval", "answer"),
+                generator(runner, "eval", "eval", "answer"),
                 lambda done: status.update(f"answering: {done}/{len(context.items)}"),
                 schema_text,
                 with_history=variant != "no-history",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragserve.engine.async_engine import AsyncEngine
+from ragserve.engine.client import generator
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.eval.answers import answer_one
 from ragserve.eval.context import EvalContext
@@ -139,7 +140,7 @@ async def run_injection(
     access = AccessFilter("safety", "safety", everything=True)
 
     async def one(case: InjectionCase, defence: str) -> dict:
-        generate = runner.generator("safety", "safety", f"{case.case_id}-{defence}")
+        generate = generator(runner, "safety", "safety", f"{case.case_id}-{defence}")
         async with limit:
             result, raw = await answer_one(services[defence], case.question, generate, access)
         return {
@@ -166,7 +167,7 @@ async def run_injection(
             add_generation_prompt=True,
             return_dict=False,
         )
-        generate = runner.generator("safety", "safety", f"{case.case_id}-control")
+        generate = generator(runner, "safety", "safety", f"{case.case_id}-control")
         text = ""
         async with limit:
             async for output in generate(prompt, SamplingParams(max_tokens=64, temperature=0)):

@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from ragserve.engine.client import Generate
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
 from ragserve.rag.answer_result import (
@@ -44,7 +45,7 @@ from ragserve.rag.conversation import standalone_query
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
-from ragserve.rag.rerank import Generate, Reranker
+from ragserve.rag.rerank import Reranker
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.structured_answer import (
     answer_schema,

@@ -10,27 +10,14 @@
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from ragserve.engine.cache_salt import Narrowing
-from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.client import Generate
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import ScoredChunk, evidence_salt
-
-
-class Generate(Protocol):
-    def __call__(
-        self, token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
-    ) -> AsyncIterator[RequestOutput]:
-        """Run a prompt (token ids) on the served model, yielding the request's output so far.
-        `narrowing` names where restricted text starts and who may read it (CacheSalt), so
-        its KV blocks are shared only with callers that may read it too."""
-        ...
-
 
 JUDGE_PROMPT = (
     "Passage:\n{passage}\n\nQuestion: {question}\n"

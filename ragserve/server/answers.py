@@ -9,7 +9,6 @@ This module holds the routes and the serving (limits, the response cache, the en
 request and response bodies are in answer_protocol, as vLLM keeps its protocol apart.
 """
 
-import itertools
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -21,12 +20,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ragserve.access import Principal, access_for
-from ragserve.engine.cache_salt import CacheSalt, Narrowing
+from ragserve.engine.cache_salt import Narrowing
+from ragserve.engine.client import Generate, generator
 from ragserve.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
-from ragserve.rag.answer import AnswerEvent, AnswerResult, Generate
+from ragserve.rag.answer import AnswerEvent, AnswerResult
 from ragserve.rag.answer_result import answer_json, citations_json
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
 from ragserve.server.answer_protocol import ANSWER_STYLES, MAX_HISTORY, AnswerRequest
@@ -40,34 +40,27 @@ from ragserve.server.state import ServerState
 
 
 def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
-    """Generation on the served model for this principal. Its tenant salts the prefix cache, and
-    the prompt's narrowing (who may read each source) salts the blocks from the first source on.
-    One answer may run several prompts (a reranker's, then the answer's)."""
-    counter = itertools.count()
+    """Generation on the served model for this principal (engine.client.generator), its
+    finished requests counted in the metrics and the engine's refusals as HTTP errors. One
+    answer may run several prompts (a reranker's, then the answer's)."""
+    generate = generator(
+        state.engine,
+        who.account,
+        who.tenant,
+        request_id,
+        lambda output, stream: state.metrics.observe_finished(output, stream.token_times),
+    )
 
-    async def generate(
+    async def refusing_as_http(
         token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
     ) -> AsyncIterator[RequestOutput]:
         try:
-            stream = await state.engine.add_request(
-                token_ids,
-                params,
-                f"{request_id}-{next(counter)}",
-                who.account,
-                CacheSalt(who.tenant, narrowing),
-            )
+            async for output in generate(token_ids, params, narrowing):
+                yield output
         except (EngineError, EngineDeadError) as error:
             raise from_engine(error) from error
-        output = None
-        try:
-            async for output in stream:
-                yield output
-        finally:
-            stream.close()
-            if output is not None and output.finished:
-                state.metrics.observe_finished(output, stream.token_times)
 
-    return generate
+    return refusing_as_http
 
 
 async def answer_events(
