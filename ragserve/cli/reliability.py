@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ragserve.eval.cli_common import (
+from ragserve.cli.eval_common import (
     ConfigOption,
     JsonOption,
     OutOption,

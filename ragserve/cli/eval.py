@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ragserve.eval.cli_common import (
+from ragserve.cli.eval_common import (
     ConfigOption,
     JsonOption,
     OutOption,
@@ -16,7 +16,7 @@ from ragserve.eval.cli_common import (
     finish,
     load_settings,
 )
-from ragserve.eval.reliability_cli import reliability_app
+from ragserve.cli.reliability import reliability_app
 
 eval_app.add_typer(reliability_app)
 

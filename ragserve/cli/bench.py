@@ -8,8 +8,6 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 
-from ragserve.bench.compare_command import compare_command
-from ragserve.bench.grammar import grammar_command
 from ragserve.bench.load_options import (
     CancelShareOption,
     ConstrainedShareOption,
@@ -40,7 +38,8 @@ from ragserve.bench.load_options import (
     token_range,
     write_load_report,
 )
-from ragserve.bench.oracle_command import cache_oracle
+from ragserve.cli.bench_compare import compare_command
+from ragserve.cli.bench_oracle import cache_oracle
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print figures and reports).")
@@ -185,7 +184,19 @@ def serve(
     write_load_report("Serving benchmark", meta, runs, out, name, as_json)
 
 
-bench_app.command("grammar")(grammar_command)
+@bench_app.command("grammar")
+def grammar(
+    model: ModelOption = None,
+    batches: Annotated[str, typer.Option(help="Constrained sequences per step.")] = "1,8,32",
+) -> None:
+    """What structured output costs per step: compiling a JSON schema, filling and applying
+    the masks of a batch of constrained sequences."""
+    from ragserve.bench.grammar import measure
+
+    sizes = [int(b) for b in batches.split(",")]
+    Console().print_json(data=measure(model or DEFAULT_MODEL, sizes))
+
+
 bench_app.command("compare")(compare_command)
 
 
