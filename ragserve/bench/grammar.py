@@ -5,7 +5,7 @@ import json
 import statistics
 import time
 
-from ragserve.bench.load_options import CONSTRAINED_FORMAT
+from ragserve.bench.jobs import CONSTRAINED_FORMAT
 
 # What the constrained sequences have written when the masks are measured: inside a string,
 # where most steps of a JSON answer are.

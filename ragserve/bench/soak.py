@@ -22,8 +22,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ragserve.bench.jobs import JobMaker
 from ragserve.bench.load import LoadSettings, ServerProbe, nothing_queued
-from ragserve.bench.load_options import JobMaker
 from ragserve.bench.measures import Slo
 from ragserve.bench.serve import load_client, measured_run, runs_markdown
 from ragserve.bench.soak_checks import (

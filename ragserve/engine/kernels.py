@@ -9,6 +9,7 @@ import fcntl
 import functools
 import hashlib
 import logging
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -56,10 +57,16 @@ def extension() -> ModuleType | None:
     with (build_dir / "build.flock").open("w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         (build_dir / "lock").unlink(missing_ok=True)
+        # Built from a copy inside the build directory: torch rebuilds whenever the source paths
+        # change, so two checkouts building from their own csrc/ would rebuild each other's.
+        sources = build_dir / "csrc"
+        if not sources.is_dir():
+            shutil.copytree(CSRC, sources.with_suffix(".part"), dirs_exist_ok=True)
+            sources.with_suffix(".part").rename(sources)
         try:
             return load(
                 name="ragserve_kernels",
-                sources=[str(CSRC / name) for name in SOURCES],
+                sources=[str(sources / name) for name in SOURCES],
                 extra_cflags=FLAGS,
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(build_dir),

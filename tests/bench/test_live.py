@@ -7,7 +7,6 @@ import sys
 
 import httpx
 import pytest
-import typer
 
 from ragserve.access import Role
 from ragserve.bench.client import completion
@@ -163,10 +162,10 @@ def test_compare_command_runs_every_server_on_the_same_prompts_in_alternating_or
 
 
 def test_a_server_that_refuses_the_model_list_is_a_clear_error(server):
-    from ragserve.bench.load_options import first_model
+    from ragserve.bench.jobs import first_model
 
     assert first_model(server.url, server.key("gus")) == MODEL
-    with pytest.raises(typer.BadParameter, match=f"cannot list the models of {server.url}.*401"):
+    with pytest.raises(ValueError, match=f"cannot list the models of {server.url}.*401"):
         first_model(server.url, "not-a-key")
 
 
