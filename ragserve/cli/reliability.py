@@ -53,7 +53,7 @@ def crash(
     never got stored. Exits 1 if a document is lost or damaged."""
     import tempfile
 
-    from ragserve.eval import crash as harness
+    from ragserve.reliability import crash as harness
     from ragserve.reports import run_metadata
 
     settings = load_settings(config)
@@ -88,7 +88,7 @@ def races(
     """Writers ingest, re-ingest, delete and re-permission documents while readers search and
     ask, over HTTP against an in-process server; every read is then checked against the writes
     around it. Exits 1 on a violation or a failed request (5xx, no response, internal error)."""
-    from ragserve.eval import race_report, races
+    from ragserve.reliability import race_report, races
 
     settings = load_settings(config).model_copy(
         update={"store": scratch_store(store, pgserver_dir)}
@@ -147,9 +147,9 @@ def soak(
 ) -> None:
     """Hold a server at 1.5x its capacity with cancelling clients, then check it: no 5xx, fast
     refusals with Retry-After, flat memory, a drained queue and an empty KV cache (exit 1 if
-    not). See ragserve/bench/soak.py."""
-    from ragserve.bench import soak as harness
+    not). See ragserve/reliability/soak.py."""
     from ragserve.bench.jobs import completion_jobs
+    from ragserve.reliability import soak as harness
 
     try:
         settings = harness.SoakSettings(
@@ -209,8 +209,8 @@ def cache_oracle(
 ) -> None:
     """Can a caller confirm a guess at a document it may not read, through the prefix cache
     (cached tokens, time to first token)? Run it against a server whose answers run the model
-    (answer_style = "generate"); see ragserve/bench/oracle.py."""
-    from ragserve.bench.oracle import Oracle, OracleSettings, to_markdown
+    (answer_style = "generate"); see ragserve/reliability/oracle.py."""
+    from ragserve.reliability.oracle import Oracle, OracleSettings, to_markdown
     from ragserve.reports import write_report
 
     settings = OracleSettings(

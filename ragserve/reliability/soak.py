@@ -26,7 +26,7 @@ from ragserve.bench.jobs import JobMaker
 from ragserve.bench.load import LoadSettings, ServerProbe, nothing_queued
 from ragserve.bench.measures import Slo
 from ragserve.bench.serve import load_client, measured_run, runs_markdown
-from ragserve.bench.soak_checks import (
+from ragserve.reliability.soak_checks import (
     IDLE_WAIT_S,
     MIB,
     drain_checks,
