@@ -14,6 +14,7 @@ BELOW_SERVER = (
     "rag",
     "eval",
     "bench",
+    "reliability",
     "services",
     "serving",
     "settings",
@@ -22,7 +23,7 @@ BELOW_SERVER = (
 )
 # Harnesses whose subject is the server itself: `ragserve eval races` serves the app in-process
 # to race writers against readers over HTTP. No other module below the server imports it.
-SERVER_HARNESSES = ("ragserve.eval.races",)
+SERVER_HARNESSES = ("ragserve.reliability.races",)
 
 
 def module_name(path: Path) -> str:
@@ -135,6 +136,22 @@ def test_ray_stays_an_optional_part_reached_only_through_the_cli():
         if any(t.startswith("ragserve.cluster") for t in targets)
     }
     assert all(m.startswith(("ragserve.cluster", "ragserve.cli")) for m in reaching_cluster)
+
+
+# Packages that measure: what a user types and sees (options, usage errors, printing) is the
+# CLI's, so their functions run the same from a test, a script or another command.
+MEASURING = ("eval", "bench", "reliability")
+
+
+@pytest.mark.parametrize("layer", MEASURING)
+def test_measuring_code_leaves_the_command_line_to_the_cli(layer):
+    prefix = f"ragserve.{layer}"
+    offenders = {
+        module: sorted(external_imports(path) & {"typer", "click", "rich"})
+        for module, path in MODULES.items()
+        if module == prefix or module.startswith(prefix + ".")
+    }
+    assert not {m: t for m, t in offenders.items() if t}
 
 
 # The server modules that build and hold the services (and close the store at shutdown).

@@ -21,8 +21,15 @@ lengths) queue longer than that.
 import itertools
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from ragserve.bench.measures import Slo
+
+if TYPE_CHECKING:
+    from ragserve.bench.workload import WorkloadOptions
+
+# Requests drawn from a workload to measure its mean token lengths.
+LENGTH_SAMPLE = 500
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,15 @@ class Lengths:
     def __post_init__(self) -> None:
         if self.prompt < 1 or self.output < 1:
             raise ValueError("mean prompt and output lengths must be at least one token")
+
+
+def workload_lengths(workload: "WorkloadOptions", seed: int) -> Lengths:
+    """The workload's mean prompt and output tokens, over LENGTH_SAMPLE of its requests."""
+    specs = workload.dataset.requests(workload.text(seed), LENGTH_SAMPLE)
+    return Lengths(
+        sum(s.prompt_tokens for s in specs) / len(specs),
+        sum(s.output_tokens for s in specs) / len(specs),
+    )
 
 
 @dataclass(frozen=True)

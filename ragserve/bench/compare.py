@@ -11,8 +11,8 @@ and the order turns round every round so no server always goes first.
 import statistics
 from dataclasses import dataclass
 
+from ragserve.bench.jobs import JobMaker
 from ragserve.bench.load import LoadSettings
-from ragserve.bench.load_options import JobMaker
 from ragserve.bench.measures import Slo
 from ragserve.bench.serve import load_client, measure
 from ragserve.reports import markdown_table, run_section

@@ -1,30 +1,15 @@
-"""`ragserve bench grammar`: what structured output costs the engine per step: compiling a
+"""What structured output costs the engine per step (`ragserve bench grammar`): compiling a
 constraint, and filling and applying the token masks of a batch of constrained sequences."""
 
 import json
 import statistics
 import time
-from typing import Annotated
 
-import typer
-from rich.console import Console
-
-from ragserve.bench.load_options import CONSTRAINED_FORMAT, ModelOption
-from ragserve.engine.config import DEFAULT_MODEL
+from ragserve.bench.jobs import CONSTRAINED_FORMAT
 
 # What the constrained sequences have written when the masks are measured: inside a string,
 # where most steps of a JSON answer are.
 WRITTEN = '{"topic": "harbours", "note": "The crane was repaired in'
-
-
-def grammar_command(
-    model: ModelOption = None,
-    batches: Annotated[str, typer.Option(help="Constrained sequences per step.")] = "1,8,32",
-) -> None:
-    """What structured output costs per step: compiling a JSON schema, filling and applying
-    the masks of a batch of constrained sequences."""
-    sizes = [int(b) for b in batches.split(",")]
-    Console().print_json(data=measure(model or DEFAULT_MODEL, sizes))
 
 
 def measure(model: str, batches: list[int], repeats: int = 30) -> dict[str, object]:

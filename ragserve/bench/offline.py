@@ -8,7 +8,6 @@ transformers is given the benefit of the doubt: all tokens it generates count, p
 included, and it runs on a sample of the requests since it is slow.
 """
 
-import json
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ragserve import reports
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
 from ragserve.engine.kv_cache import DTYPES
@@ -195,7 +195,5 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "offline.json").write_text(json.dumps(report, indent=2))
-    (out_dir / "offline.md").write_text(to_markdown(report))
+def write_report(report: dict, out_dir: Path) -> list[Path]:
+    return reports.write_report(out_dir, "offline", report, to_markdown(report))

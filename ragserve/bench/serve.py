@@ -1,20 +1,32 @@
 """`ragserve bench serve|rag`: load against a running server, one run or a sweep of request
 rates up to overload, reported as JSON, Markdown and PNG plots."""
 
+import asyncio
 import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from ragserve.bench.client import RequestResult
+from ragserve.bench.jobs import JobMaker
 from ragserve.bench.load import Job, LoadSettings, ServerProbe, counter_deltas, run_load
 from ragserve.bench.measures import Slo, request_latencies, server_time_split, summarize
-from ragserve.reports import markdown_table, run_section, summary, write_report
+from ragserve.reports import markdown_table, run_metadata, run_section, summary, write_report
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """A load's settings, the latency objectives its runs are judged by, and the request rates
+    it runs at, one run each."""
+
+    settings: LoadSettings
+    objectives: Slo
+    rates: tuple[float, ...]
 
 
 # After a run: wait for the server to settle and return what it then reports.
@@ -72,20 +84,24 @@ def per_user(results: list[RequestResult]) -> dict[str, dict]:
     }
 
 
-async def sweep(
-    url: str,
-    make_jobs: Callable[[int], list[tuple[Job, int]]],
-    rates: list[float],
-    settings: LoadSettings,
-    slo: Slo,
-) -> list[dict]:
+def run(
+    title: str, url: str, make_jobs: JobMaker, requests: int, plan: LoadPlan, meta: dict
+) -> dict:
+    """The plan's runs of `requests` requests each, reported with the metadata under the
+    title."""
+    runs = asyncio.run(sweep(url, make_jobs, requests, plan))
+    return {"meta": run_metadata(title=title, **meta), "runs": runs}
+
+
+async def sweep(url: str, make_jobs: JobMaker, requests: int, plan: LoadPlan) -> list[dict]:
     """One run per rate, the server idle between. Each run draws its own prompts (seed + run
     number): a repeated prompt would be served from the prefix cache and flatter later runs."""
     runs = []
     async with load_client(url) as client:
-        for n, rate in enumerate(rates):
-            run_settings = replace(settings, rate=rate, seed=settings.seed + n)
-            runs.append(await measure(client, make_jobs(run_settings.seed), run_settings, slo))
+        for n, rate in enumerate(plan.rates):
+            settings = replace(plan.settings, rate=rate, seed=plan.settings.seed + n)
+            jobs = make_jobs(settings.seed, requests)
+            runs.append(await measure(client, jobs, settings, plan.objectives))
     return runs
 
 

@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
@@ -162,6 +163,25 @@ class Dataset:
         if self.name == "shared-prefix":
             text += f", prefix {self.prefix_len} tokens in {self.prefix_groups} groups"
         return text
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The prompts of a completion load, and the tokenizer that writes and counts them: what
+    `bench serve`, `bench soak`, `bench compare` and `capacity` take as options."""
+
+    dataset: Dataset
+    tokenizer: str  # a model name or folder
+
+    def text(self, seed: int) -> RandomText:
+        """Prompt text from the tokenizer, drawn from a generator seeded with seed."""
+        from transformers import AutoTokenizer
+
+        from ragserve.engine.loader import resolve_model
+
+        name = self.tokenizer
+        folder = Path(name) if Path(name).is_dir() else resolve_model(name)
+        return RandomText(AutoTokenizer.from_pretrained(folder), random.Random(seed))
 
 
 def arrival_gaps(count: int, rate: float, burstiness: float, rng: random.Random) -> list[float]:

@@ -5,12 +5,12 @@ from typing import Annotated
 
 import typer
 
-from ragserve.bench.cli import bench_app
 from ragserve.cli import capacity, documents, model, operations
+from ragserve.cli.bench import bench_app
 from ragserve.cli.common import app
 from ragserve.cli.documents import docs_app
+from ragserve.cli.eval import eval_app
 from ragserve.cli.keys import keys_app
-from ragserve.eval.cli import eval_app
 
 app.add_typer(bench_app, name="bench")
 app.add_typer(eval_app, name="eval")

@@ -8,10 +8,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ragserve.bench.capacity import CapacityPlan, EngineProfile, Lengths, plan
-from ragserve.bench.load_options import (
-    DatasetOption,
+from ragserve.bench.capacity import CapacityPlan, EngineProfile, plan, workload_lengths
+from ragserve.bench.measures import Slo
+from ragserve.cli.common import app, console
+from ragserve.cli.options import (
+    ConfigOption,
+    DatasetNameOption,
     InputLenOption,
+    JsonOption,
     MaxPromptOption,
     MaxTotalOption,
     OutputLenOption,
@@ -19,22 +23,9 @@ from ragserve.bench.load_options import (
     PrefixLenOption,
     SloOption,
     TokenizerOption,
-    dataset_of,
-    random_text,
+    workload_options,
 )
-from ragserve.bench.measures import Slo
-from ragserve.cli.common import ConfigOption, JsonOption, app, console
 from ragserve.engine.config import DEFAULT_MODEL
-
-LENGTH_SAMPLE = 500
-
-
-def workload_lengths(dataset, tokenizer: str, seed: int) -> Lengths:
-    specs = dataset.requests(random_text(tokenizer, seed), LENGTH_SAMPLE)
-    return Lengths(
-        sum(s.prompt_tokens for s in specs) / len(specs),
-        sum(s.output_tokens for s in specs) / len(specs),
-    )
 
 
 def measured_profile(config: Path | None, context: int, batches: str) -> EngineProfile:
@@ -85,7 +76,7 @@ def capacity(
         typer.Option(help="Context per sequence while profiling (default: the workload's mean)."),
     ] = None,
     batches: Annotated[str, typer.Option(help="Batch sizes to profile.")] = "1,2,4,8,16,32",
-    dataset_name: DatasetOption = "sharegpt",
+    dataset_name: DatasetNameOption = "sharegpt",
     input_len: InputLenOption = "128-512",
     output_len: OutputLenOption = "32-256",
     prefix_len: PrefixLenOption = 512,
@@ -103,10 +94,17 @@ def capacity(
         objectives = Slo.parse(slo or [])
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
-    dataset = dataset_of(
-        dataset_name, input_len, output_len, prefix_len, prefix_groups, max_prompt, max_total
+    workload = workload_options(
+        dataset_name,
+        input_len,
+        output_len,
+        prefix_len,
+        prefix_groups,
+        max_prompt,
+        max_total,
+        tokenizer,
     )
-    lengths = workload_lengths(dataset, tokenizer, seed)
+    lengths = workload_lengths(workload, seed)
     if profile is not None:
         try:
             measured = EngineProfile.from_json(json.loads(profile.read_text()))
@@ -132,7 +130,7 @@ def capacity(
         f" tok/s, decode steps at {measured.context_tokens} tokens of context"
     )
     console.print(
-        f"workload {dataset.describe()}: mean prompt {lengths.prompt:.0f}, output "
+        f"workload {workload.dataset.describe()}: mean prompt {lengths.prompt:.0f}, output "
         f"{lengths.output:.0f} tokens; the pool holds {result.kv_concurrency} at once"
     )
     console.print(plan_table(result))

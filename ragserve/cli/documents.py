@@ -9,13 +9,13 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from ragserve.cli.common import (
+from ragserve.cli.common import app, console
+from ragserve.cli.options import (
     ConfigOption,
     DataDirOption,
+    JsonOption,
     StoreOption,
     TenantOption,
-    app,
-    console,
 )
 from ragserve.serving.errors import NotFound
 
@@ -70,7 +70,7 @@ def ingest(
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
     as_jsonl: Annotated[
         bool,
         typer.Option(
@@ -170,7 +170,7 @@ def docs_list(
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """List the tenant's documents with their ACLs."""
     documents, who = _operator(tenant, data_dir, config, store)
@@ -184,7 +184,7 @@ def docs_show(
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Show one document."""
     documents, who = _operator(tenant, data_dir, config, store)
@@ -202,7 +202,7 @@ def docs_delete(
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a document; the next query no longer sees it."""
     documents, who = _operator(tenant, data_dir, config, store)
@@ -228,7 +228,7 @@ def docs_acl(
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Replace a document's ACL (the users and groups given; none: owner only)."""
     documents, who = _operator(tenant, data_dir, config, store)

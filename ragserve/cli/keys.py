@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from ragserve.access import Role
-from ragserve.cli.common import ConfigOption, DataDirOption, console
+from ragserve.cli.common import console
+from ragserve.cli.options import ConfigOption, DataDirOption, JsonOption
 from ragserve.keys import KeyStore
 
 keys_app = typer.Typer(no_args_is_help=True, help="API keys: create, list, revoke.")
@@ -30,7 +31,7 @@ def keys_create(
     role: Annotated[str, typer.Option(help="reader, writer or admin.")] = "reader",
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Create an API key; it is printed once and stored only as a hash."""
     try:
@@ -50,7 +51,7 @@ def keys_create(
 def keys_list(
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """List keys (their prefixes, never the keys)."""
     records = _key_store(data_dir, config).list()
@@ -76,7 +77,7 @@ def keys_revoke(
     key_id: int,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Revoke a key by id; it stops working on the next request."""
     revoked = _key_store(data_dir, config).revoke(key_id)

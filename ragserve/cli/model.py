@@ -5,25 +5,17 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
 from ragserve.access import Principal, Role
-from ragserve.cli.common import (
-    ConfigOption,
-    DataDirOption,
-    TenantOption,
-    app,
-    console,
-)
+from ragserve.cli.common import app, console, err_console
+from ragserve.cli.options import ConfigOption, DataDirOption, JsonOption, TenantOption
 from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
 from ragserve.keys import KeyStore
 
 if TYPE_CHECKING:
     from ragserve.rag.answer import AnswerResult, Generate
     from ragserve.settings import Settings
-
-err_console = Console(stderr=True)
 
 
 class AnswerStyle(StrEnum):
@@ -171,7 +163,7 @@ def ask(
     style: Annotated[AnswerStyle | None, typer.Option(help=STYLE_HELP)] = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Answer a question from the documents the principal may read (local, no server). The
     model is loaded only when the answer needs it: a quoted answer never loads it."""

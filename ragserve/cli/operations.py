@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ragserve.cli.common import ConfigOption, DataDirOption, JsonOption, StoreOption, app, console
+from ragserve.cli.common import app, console
+from ragserve.cli.options import ConfigOption, DataDirOption, JsonOption, StoreOption
 from ragserve.settings import Settings
 
 INDEX_FILE = "index.sqlite"

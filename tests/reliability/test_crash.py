@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragserve.eval import crash
+from ragserve.reliability import crash
 from ragserve.settings import Settings
 from tests.conftest import new_postgres_database
 

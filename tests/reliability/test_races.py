@@ -8,8 +8,8 @@ import pytest
 
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
-from ragserve.eval import race_report, races
-from ragserve.eval.race_history import Hit, Operation, ReaderScope, check
+from ragserve.reliability import race_report, races
+from ragserve.reliability.race_history import Hit, Operation, ReaderScope, check
 from ragserve.settings import Settings
 from tests.conftest import new_postgres_database
 

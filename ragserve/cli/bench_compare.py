@@ -6,16 +6,16 @@ from typing import Annotated
 
 import typer
 
-from ragserve.bench.load_options import (
+from ragserve.cli.bench_load import served_model
+from ragserve.cli.common import show_report
+from ragserve.cli.options import (
     InputLenOption,
     JsonOption,
+    OutOption,
     OutputLenOption,
-    ReportDirOption,
     ReportNameOption,
     TemperatureOption,
     TokenizerOption,
-    completion_jobs,
-    show_report,
     token_range,
 )
 from ragserve.engine.config import DEFAULT_MODEL
@@ -44,7 +44,7 @@ def positive_numbers(text: str, option: str) -> list[int]:
     return numbers
 
 
-def compare_command(
+def compare(
     server: Annotated[
         list[str],
         typer.Option(
@@ -72,15 +72,16 @@ def compare_command(
     temperature: TemperatureOption = 0.0,
     tokenizer: TokenizerOption = DEFAULT_MODEL,
     seed: int = 0,
-    out: ReportDirOption = Path("reports/bench"),
+    out: OutOption = Path("reports/bench"),
     name: ReportNameOption = "compare",
     as_json: JsonOption = False,
 ) -> None:
     """Servers side by side on random prompts with EOS ignored: every concurrency runs each
     server back to back on the same prompts, in rounds whose order alternates; prints each
     run and the median ratio of the first server's output tok/s over each other's."""
-    from ragserve.bench import compare
-    from ragserve.bench.workload import Dataset
+    from ragserve.bench import compare as comparison
+    from ragserve.bench.jobs import completion_jobs
+    from ragserve.bench.workload import Dataset, WorkloadOptions
     from ragserve.reports import run_metadata, write_report
 
     urls = named(server, "--server")
@@ -93,17 +94,20 @@ def compare_command(
     if min(rounds, requests_per_stream, min_requests) < 1 or warmup_requests < 0:
         raise typer.BadParameter("--rounds and the request counts must be positive")
     concurrencies = positive_numbers(concurrency, "--concurrency")
-    dataset = Dataset("random", token_range(input_len), token_range(output_len))
-    jobs = {
-        n: completion_jobs(
-            url, [keys.get(n, "")], None, dataset, tokenizer, seed, temperature=temperature
-        )[0]
-        for n, url in urls.items()
-    }
+    workload = WorkloadOptions(
+        Dataset("random", token_range(input_len), token_range(output_len)), tokenizer
+    )
+    jobs = {}
+    for n, url in urls.items():
+        key = keys.get(n, "")
+        model = served_model(url, key, None)
+        jobs[n] = completion_jobs([key], model, workload, seed, temperature=temperature)
     names = list(urls)
-    planned = compare.cells(names, concurrencies, rounds, requests_per_stream, min_requests, seed)
-    records = asyncio.run(compare.run(urls, jobs, planned, warmup_requests))
-    workload = (
+    planned = comparison.cells(
+        names, concurrencies, rounds, requests_per_stream, min_requests, seed
+    )
+    records = asyncio.run(comparison.run(urls, jobs, planned, warmup_requests))
+    described = (
         f"random prompts of {input_len} tokens, {output_len} output tokens with EOS ignored, "
         f"temperature {temperature}, "
         f"streams {concurrency}, {requests_per_stream} requests per stream (at least "
@@ -113,9 +117,9 @@ def compare_command(
         title="Servers side by side",
         servers=names,
         urls=urls,
-        workload=workload,
+        workload=described,
         seed=seed,
     )
-    report = {"meta": meta, "cells": records, "medians": compare.medians(records, names)}
-    markdown = compare.to_markdown(report)
+    report = {"meta": meta, "cells": records, "medians": comparison.medians(records, names)}
+    markdown = comparison.to_markdown(report)
     show_report(report, markdown, write_report(out, name, report, markdown), as_json)

@@ -13,8 +13,10 @@ import pytest
 
 from ragserve.bench.client import RequestResult
 from ragserve.bench.load import LoadSettings, run_load
-from ragserve.bench.soak import SoakSettings
-from ragserve.bench.soak_checks import (
+from ragserve.engine.config import EngineConfig
+from ragserve.engine.engine import LLMEngine
+from ragserve.reliability.soak import SoakSettings
+from ragserve.reliability.soak_checks import (
     DRAIN_GRACE_S,
     MIB,
     REJECTION_P99_MS,
@@ -27,8 +29,6 @@ from ragserve.bench.soak_checks import (
     refusal_figures,
     sustained_rate,
 )
-from ragserve.engine.config import EngineConfig
-from ragserve.engine.engine import LLMEngine
 from ragserve.settings import Settings
 from tests.server.conftest import start_server
 

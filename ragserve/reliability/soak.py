@@ -22,11 +22,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ragserve.bench.jobs import JobMaker
 from ragserve.bench.load import LoadSettings, ServerProbe, nothing_queued
-from ragserve.bench.load_options import JobMaker
 from ragserve.bench.measures import Slo
 from ragserve.bench.serve import load_client, measured_run, runs_markdown
-from ragserve.bench.soak_checks import (
+from ragserve.reliability.soak_checks import (
     IDLE_WAIT_S,
     MIB,
     drain_checks,

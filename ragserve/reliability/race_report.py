@@ -5,7 +5,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragserve.eval.race_history import (
+from ragserve.reliability.race_history import (
     EXPECTED,
     READS,
     Operation,
@@ -16,7 +16,7 @@ from ragserve.eval.race_history import (
 from ragserve.reports import markdown_table, percentile, run_section, write_report
 
 if TYPE_CHECKING:
-    from ragserve.eval.races import Race
+    from ragserve.reliability.races import Race
 
 
 def build(

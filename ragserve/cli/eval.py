@@ -7,29 +7,19 @@ from typing import Annotated
 
 import typer
 
-from ragserve.engine.client import generator
-from ragserve.eval.cli_common import (
+from ragserve.cli.common import err_console, load_settings, show_report
+from ragserve.cli.options import (
     ConfigOption,
-    JsonOption,
+    CorpusLimitOption,
+    CorpusOption,
+    JsonReportOption,
     OutOption,
-    console,
-    eval_app,
-    finish,
-    load_settings,
+    QuestionsOption,
 )
-from ragserve.eval.reliability_cli import reliability_app
+from ragserve.cli.reliability import crash, races
+from ragserve.engine.client import generator
 
-eval_app.add_typer(reliability_app)
-
-DatasetOption = Annotated[
-    Path, typer.Option(help="JSONL of {qid, question, answers, gold_doc, kind}.")
-]
-CorpusOption = Annotated[
-    str, typer.Option(help="'wiki' (the bundled Wikipedia corpus), a JSONL or a JSON file.")
-]
-CorpusLimitOption = Annotated[
-    int | None, typer.Option(help="Index only the gold documents and others up to N in all.")
-]
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of retrieval, answers and safety.")
 
 
 def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index: bool = True):
@@ -37,7 +27,7 @@ def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index:
     from ragserve.eval.corpus import CorpusError
     from ragserve.eval.dataset import DatasetError
 
-    with console.status("loading the dataset and the corpus index") as status:
+    with err_console.status("loading the dataset and the corpus index") as status:
 
         def progress(done: int, total: int) -> None:
             status.update(f"indexing the corpus: {done}/{total} documents")
@@ -48,7 +38,7 @@ def _open(settings, dataset: Path, corpus: str, corpus_limit: int | None, index:
                 context.open_index()  # under the progress display
             return context
         except (DatasetError, CorpusError, ValueError) as error:
-            console.print(f"[red]error:[/red] {error}")
+            err_console.print(f"[red]error:[/red] {error}")
             raise typer.Exit(2) from error
 
 
@@ -63,7 +53,7 @@ def _schema(path: Path | None) -> str | None:
         text = path.read_text()
         checked_grammar(OutputConstraint("json", text))
     except (OSError, InvalidRequestError) as error:
-        console.print(f"[red]error:[/red] --schema: {error}")
+        err_console.print(f"[red]error:[/red] --schema: {error}")
         raise typer.Exit(2) from error
     return text
 
@@ -81,14 +71,13 @@ def _rerankers(names: str, runner_tokenizer: Callable[[], object]) -> dict:
             try:
                 rerankers[Path(name).name] = CrossEncoderReranker(name)
             except ValueError as error:
-                console.print(f"[red]error:[/red] {error}")
+                err_console.print(f"[red]error:[/red] {error}")
                 raise typer.Exit(2) from error
     return rerankers
 
 
-@eval_app.command("retrieval")
 def retrieval(
-    dataset: DatasetOption,
+    dataset: QuestionsOption,
     corpus: CorpusOption = "wiki",
     corpus_limit: CorpusLimitOption = None,
     rerankers: Annotated[
@@ -96,7 +85,7 @@ def retrieval(
     ] = "llm",
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
+    as_json: JsonReportOption = False,
 ) -> None:
     """Recall@1/5/10, MRR and nDCG@10 of the gold document for BM25, dense, hybrid, reranked."""
     from contextlib import nullcontext
@@ -110,16 +99,15 @@ def retrieval(
     with running_engine(settings) if needs_model else nullcontext() as runner:
         chosen = _rerankers(rerankers, lambda: runner.engine.tokenizer)
         generate = generator(runner, "eval", "eval", "rerank") if runner else None
-        with console.status("retrieving") as status:
+        with err_console.status("retrieving") as status:
             report = evaluation.evaluate(context, chosen, generate, status.update)
     context.close()
     paths = evaluation.write(report, out)
-    finish(report, evaluation.to_markdown(report), paths, as_json)
+    show_report(report, evaluation.to_markdown(report), paths, as_json)
 
 
-@eval_app.command("answers")
 def answers(
-    dataset: DatasetOption,
+    dataset: QuestionsOption,
     corpus: CorpusOption = "wiki",
     corpus_limit: CorpusLimitOption = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N questions.")] = None,
@@ -142,7 +130,7 @@ def answers(
     ] = None,
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
+    as_json: JsonReportOption = False,
 ) -> None:
     """Correctness, support, ALCE citation precision/recall, refusals, latency and tokens."""
     import asyncio
@@ -152,10 +140,10 @@ def answers(
     from ragserve.services import running_engine
 
     if variant not in evaluation.VARIANTS:
-        console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
+        err_console.print(f"[red]error:[/red] --variant: one of {', '.join(evaluation.VARIANTS)}")
         raise typer.Exit(2)
     if style not in (None, "quote", "generate", "auto"):
-        console.print("[red]error:[/red] --style: one of quote, generate, auto")
+        err_console.print("[red]error:[/red] --style: one of quote, generate, auto")
         raise typer.Exit(2)
     schema_text = _schema(schema)
     settings = load_settings(config)
@@ -163,7 +151,7 @@ def answers(
         settings = settings.model_copy(update={"answer_style": style})
     context = _open(settings, dataset, corpus, corpus_limit)
     context.items = context.items[:limit] if limit else context.items
-    with running_engine(settings) as runner, console.status("answering") as status:
+    with running_engine(settings) as runner, err_console.status("answering") as status:
         services = context.services(runner)
         outcomes = asyncio.run(
             evaluation.answer_all(
@@ -185,12 +173,11 @@ def answers(
     report = {"meta": meta} | evaluation.score(context, outcomes, SupportJudge(context.embedder))
     context.close()
     paths = evaluation.write(report, out)
-    finish(report, evaluation.to_markdown(report), paths, as_json)
+    show_report(report, evaluation.to_markdown(report), paths, as_json)
 
 
-@eval_app.command("chunking")
 def chunking(
-    dataset: DatasetOption,
+    dataset: QuestionsOption,
     sizes: Annotated[str, typer.Option(help="Comma-separated chunk sizes in tokens.")] = (
         "64,128,256,512"
     ),
@@ -199,7 +186,7 @@ def chunking(
     corpus_limit: CorpusLimitOption = None,
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
+    as_json: JsonReportOption = False,
 ) -> None:
     """Retrieval metrics and prompt token cost per chunk size, on long per-topic documents."""
     from transformers import AutoTokenizer
@@ -210,10 +197,10 @@ def chunking(
     try:
         chosen = sorted({int(s) for s in sizes.split(",")})
     except ValueError as error:
-        console.print(f"[red]error:[/red] --sizes must be integers, got {sizes!r}")
+        err_console.print(f"[red]error:[/red] --sizes must be integers, got {sizes!r}")
         raise typer.Exit(2) from error
     if chosen[0] < 8 or group < 1:
-        console.print("[red]error:[/red] chunk sizes must be at least 8, --group at least 1")
+        err_console.print("[red]error:[/red] chunk sizes must be at least 8, --group at least 1")
         raise typer.Exit(2)
     settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
@@ -222,15 +209,14 @@ def chunking(
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
 
-    with console.status("evaluating chunk sizes") as status:
+    with err_console.status("evaluating chunk sizes") as status:
         report = evaluation.evaluate(context, chosen, group, count, status.update)
     paths = evaluation.write(report, out)
-    finish(report, evaluation.to_markdown(report), paths, as_json)
+    show_report(report, evaluation.to_markdown(report), paths, as_json)
 
 
-@eval_app.command("safety")
 def safety(
-    dataset: DatasetOption,
+    dataset: QuestionsOption,
     cases: Annotated[
         int, typer.Option(help="Injection cases (each asked with and without spotlighting).")
     ] = 60,
@@ -243,32 +229,31 @@ def safety(
     corpus_limit: CorpusLimitOption = None,
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
+    as_json: JsonReportOption = False,
 ) -> None:
     """Injection attack success with and without spotlighting, and access-control leaks."""
     from ragserve.eval import safety as evaluation
     from ragserve.services import running_engine
 
     if cases < 1 or memos < 2 or timing_asks < 1:
-        console.print(
+        err_console.print(
             "[red]error:[/red] --cases and --timing-asks must be at least 1, --memos at least 2"
         )
         raise typer.Exit(2)
     settings = load_settings(config)
     context = _open(settings, dataset, corpus, corpus_limit, index=False)
     try:
-        with running_engine(settings) as runner, console.status("running the safety suites"):
+        with running_engine(settings) as runner, err_console.status("running the safety suites"):
             report = evaluation.evaluate(context, runner, cases, memos, seed, timing_asks)
     except FileNotFoundError as error:
-        console.print(f"[red]error:[/red] {error}")
+        err_console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
     paths = evaluation.write(report, out)
-    finish(report, evaluation.to_markdown(report), paths, as_json)
+    show_report(report, evaluation.to_markdown(report), paths, as_json)
 
 
-@eval_app.command("calibrate")
 def calibrate(
-    dataset: DatasetOption,
+    dataset: QuestionsOption,
     corpus: CorpusOption = "wiki",
     also: Annotated[
         list[str] | None,
@@ -285,7 +270,7 @@ def calibrate(
     ] = None,
     config: ConfigOption = None,
     out: OutOption = Path("reports/eval"),
-    as_json: JsonOption = False,
+    as_json: JsonReportOption = False,
 ) -> None:
     """Fit answerability (refuse or answer) on answerable and unanswerable questions, with
     cross-validated figures and a calibration plot."""
@@ -296,13 +281,13 @@ def calibrate(
     for extra in also or []:
         name, separator, extra_corpus = extra.partition("=")
         if not separator or not name or not extra_corpus:
-            console.print(f"[red]error:[/red] --also takes DATASET=CORPUS, got {extra!r}")
+            err_console.print(f"[red]error:[/red] --also takes DATASET=CORPUS, got {extra!r}")
             raise typer.Exit(2)
         pairs.append((Path(name), extra_corpus))
     rows, metas = [], []
     for set_dataset, set_corpus in pairs:
         context = _open(settings, set_dataset, set_corpus, corpus_limit)
-        with console.status(f"measuring answerability signals on {set_dataset}"):
+        with err_console.status(f"measuring answerability signals on {set_dataset}"):
             rows += calibration.measure(context)
         metas.append(context.metadata())
         context.close()
@@ -312,4 +297,17 @@ def calibrate(
     if save_to is not None:
         save_to.write_text(model.to_json(fitted_on=meta, cv=figures["cv_auc"]))
     paths = calibration.write(report, out)
-    finish(report, calibration.to_markdown(report), paths, as_json)
+    show_report(report, calibration.to_markdown(report), paths, as_json)
+
+
+COMMANDS = (
+    ("retrieval", retrieval),
+    ("answers", answers),
+    ("chunking", chunking),
+    ("safety", safety),
+    ("calibrate", calibrate),
+    ("crash", crash),
+    ("races", races),
+)
+for name, command in COMMANDS:
+    eval_app.command(name)(command)

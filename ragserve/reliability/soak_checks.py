@@ -1,5 +1,5 @@
 """The soak's checks, each a row with its figure, from the per-request results and the server's
-gauges (ragserve/bench/soak.py runs the load):
+gauges (ragserve/reliability/soak.py runs the load):
 
 - no 5xx (the 503 of a full queue is a refusal, not an error) and no broken stream;
 - every refusal a 429 or 503 with Retry-After, answered in under 50 ms at p99;

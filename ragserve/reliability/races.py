@@ -32,8 +32,9 @@ import uvicorn
 from ragserve.access import Role
 from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.engine import LLMEngine
-from ragserve.eval import race_report
-from ragserve.eval.race_history import (
+from ragserve.rag.embeddings import Embedder
+from ragserve.reliability import race_report
+from ragserve.reliability.race_history import (
     INTERNAL_ERROR,
     Operation,
     Outcome,
@@ -42,7 +43,6 @@ from ragserve.eval.race_history import (
     hits_in,
     marker,
 )
-from ragserve.rag.embeddings import Embedder
 from ragserve.reports import run_metadata
 from ragserve.server.app import build_app
 from ragserve.settings import Settings

@@ -1,0 +1,132 @@
+"""`ragserve bench ...`: the group, its engine-side commands (offline, ingest, grammar), and
+every bench command registered in the order the help lists them."""
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragserve.cli.bench_compare import compare
+from ragserve.cli.bench_load import rag, serve
+from ragserve.cli.common import console, show_report
+from ragserve.cli.options import (
+    JsonOption,
+    ModelOption,
+    OutOption,
+    PgserverOption,
+    token_range,
+)
+from ragserve.cli.reliability import cache_oracle, soak
+from ragserve.engine.config import DEFAULT_MODEL, EngineConfig
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print figures and reports).")
+
+
+def offline(
+    num_requests: Annotated[int, typer.Option(help="Requests submitted at once.")] = 128,
+    input_len: Annotated[str, typer.Option(help="Prompt tokens, LOW-HIGH.")] = "64-512",
+    output_len: Annotated[str, typer.Option(help="Output tokens, LOW-HIGH.")] = "64-256",
+    hf_batch1_requests: Annotated[
+        int, typer.Option(help="Requests for the transformers batch-1 run (0: skip).")
+    ] = 4,
+    hf_static_batch: Annotated[
+        int, typer.Option(help="Static batch size for transformers (0: skip).")
+    ] = 32,
+    hf_dtypes: Annotated[
+        str, typer.Option(help="transformers dtypes to compare with, comma-separated.")
+    ] = "float32,bfloat16",
+    model: str = DEFAULT_MODEL,
+    dtype: str = EngineConfig.dtype,
+    max_num_seqs: int = 128,
+    max_num_batched_tokens: int = 512,
+    seed: int = 0,
+    out: OutOption = Path("reports"),
+    as_json: JsonOption = False,
+) -> None:
+    """Engine throughput against transformers on the same random workload."""
+    from ragserve.bench.offline import run, to_markdown, write_report
+    from ragserve.engine.kv_cache import DTYPES
+
+    baseline_dtypes = tuple(name.strip() for name in hf_dtypes.split(",") if name.strip())
+    unknown = [name for name in baseline_dtypes if name not in DTYPES]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown dtype {', '.join(unknown)}; choose from {', '.join(DTYPES)}",
+            param_hint="--hf-dtypes",
+        )
+    config = EngineConfig(
+        model=model,
+        dtype=dtype,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    report = run(
+        config,
+        num_requests,
+        token_range(input_len),
+        token_range(output_len),
+        hf_batch1_requests,
+        hf_static_batch,
+        seed,
+        baseline_dtypes,
+    )
+    show_report(report, to_markdown(report), write_report(report, out), as_json)
+
+
+def ingest(
+    store: Annotated[str, typer.Option(help="Store URL: a path, or postgresql://...")] = "",
+    pgserver_dir: PgserverOption = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N articles.")] = None,
+    queries: int = 200,
+    k: int = 10,
+    chunk_size: int = 128,
+    out: OutOption = Path("reports"),
+) -> None:
+    """Ingestion throughput and ACL-filtered search latency on the Wikipedia corpus."""
+    import tempfile
+
+    from ragserve.bench.ingest import run, write_report
+
+    server = None
+    if pgserver_dir is not None:
+        import pgserver
+
+        server = pgserver.get_server(pgserver_dir, cleanup_mode="stop")
+        store = server.get_uri()
+    if not store:
+        store = str(Path(tempfile.mkdtemp()) / "bench.sqlite")
+    try:
+        report = run(store, limit, queries, k, chunk_size)
+    finally:
+        if server is not None:
+            server.cleanup()
+    name = "ingest-postgres" if store.startswith("postgres") else "ingest-sqlite"
+    write_report(report, out, name)
+    print(json.dumps(report, indent=2))
+
+
+def grammar(
+    model: ModelOption = None,
+    batches: Annotated[str, typer.Option(help="Constrained sequences per step.")] = "1,8,32",
+) -> None:
+    """What structured output costs per step: compiling a JSON schema, filling and applying
+    the masks of a batch of constrained sequences."""
+    from ragserve.bench.grammar import measure
+
+    sizes = [int(b) for b in batches.split(",")]
+    console.print_json(data=measure(model or DEFAULT_MODEL, sizes))
+
+
+COMMANDS = (
+    ("offline", offline),
+    ("ingest", ingest),
+    ("serve", serve),
+    ("grammar", grammar),
+    ("compare", compare),
+    ("soak", soak),
+    ("rag", rag),
+    ("cache-oracle", cache_oracle),
+)
+for name, command in COMMANDS:
+    bench_app.command(name)(command)
