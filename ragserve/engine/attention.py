@@ -47,9 +47,11 @@ def gathered_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The PyTorch path: per sequence, gather its context once and attend with SDPA, each token
-    masked to its own length. Returns float32 [tokens, heads, head_dim]."""
+    masked to its own length (and, with a window, to its last `window` positions). Returns
+    float32 [tokens, heads, head_dim]."""
     out = torch.empty(q.shape, dtype=torch.float32)
     rows = itertools.groupby(enumerate(meta.token_seqs.tolist()), key=lambda item: item[1])
     for seq, group in rows:
@@ -60,6 +62,8 @@ def gathered_attention(
         num_blocks = -(-length // k_cache.shape[-1])
         keys, values = gather_context(k_cache, v_cache, meta.block_tables[seq, :num_blocks], length)
         mask = torch.arange(length) < lens.unsqueeze(1)
+        if window is not None:
+            mask &= torch.arange(length) >= lens.unsqueeze(1) - window
         attended = F.scaled_dot_product_attention(
             q[start:end].transpose(0, 1).unsqueeze(0).float(),
             keys.unsqueeze(0).float(),
@@ -80,11 +84,16 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """q [tokens, heads, dim], k and v [tokens, kv_heads, dim] -> float32 [tokens, heads, dim].
-    The new keys and values are stored first, so each token reads its own from the cache."""
+    The new keys and values are stored first, so each token reads its own from the cache.
+    window: a sliding-window layer's span (a token attends to its last `window` positions);
+    the kernel reads whole contexts, so a step with a longer one takes the PyTorch path."""
     write_kv(k_cache, v_cache, k, v, meta.slot_blocks, meta.slot_offsets)
     kernels = extension()
+    if window is not None and int(meta.token_lens.max()) > window:
+        return gathered_attention(q, k_cache, v_cache, meta, scale, window)
     if kernels is None:
         return gathered_attention(q, k_cache, v_cache, meta, scale)
     return kernels.paged_attention(

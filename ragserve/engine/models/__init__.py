@@ -6,17 +6,19 @@ import torch
 from transformers import PretrainedConfig
 
 from ragserve.engine.errors import UnsupportedModelError
+from ragserve.engine.models.gemma3 import Gemma3Model
 from ragserve.engine.models.llama import LlamaModel
 from ragserve.engine.models.qwen2 import Qwen2Model
-from ragserve.engine.models.spec import DecoderModel, ModelSpec
+from ragserve.engine.models.spec import DecoderModel, ModelClass, ModelSpec
 
-REGISTRY: dict[str, type[LlamaModel]] = {
+REGISTRY: dict[str, ModelClass] = {
     "LlamaForCausalLM": LlamaModel,
     "Qwen2ForCausalLM": Qwen2Model,
+    "Gemma3ForCausalLM": Gemma3Model,
 }
 
 
-def model_class(architectures: list[str] | None) -> type[LlamaModel]:
+def model_class(architectures: list[str] | None) -> ModelClass:
     """The class for the first of the config's architectures that the engine runs."""
     for name in architectures or []:
         if name in REGISTRY:

@@ -56,3 +56,18 @@ class DecoderModel(Protocol):
     ) -> torch.Tensor: ...
 
     def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor: ...
+
+
+class ModelClass(Protocol):
+    """An architecture as the registry holds it: its shape from a config, and the model built
+    from weights."""
+
+    def spec_of(self, config: PretrainedConfig) -> ModelSpec: ...
+
+    def from_weights(
+        self,
+        weights: dict[str, torch.Tensor],
+        config: PretrainedConfig,
+        dtype: torch.dtype,
+        max_len: int,
+    ) -> DecoderModel: ...
