@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     port: int = 8000
     data_dir: Path = Path("data")
     model: str = ENGINE["model"]
+    # More models served beside `model` by the completion routes, each on an engine of its own
+    # with the same engine settings (names as for `model`); answers use `model`.
+    also_serve: list[str] = Field(default_factory=list)
     # "auto": bfloat16 where the CPU computes it natively, else float32.
     dtype: str = ENGINE["dtype"]
     # Engine limits (see EngineConfig).

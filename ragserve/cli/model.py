@@ -78,6 +78,10 @@ def serve(
     host: str | None = None,
     port: int | None = None,
     model: str | None = None,
+    also_serve: Annotated[
+        list[str] | None,
+        typer.Option(help="Serve this model too, on an engine of its own; repeatable."),
+    ] = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
     replicas: Annotated[
@@ -101,16 +105,21 @@ def serve(
         host=host,
         port=port,
         model=model,
+        also_serve=also_serve,
         data_dir=data_dir,
         replicas=replicas,
         ray_address=ray_address,
         routing=routing,
     )
     if settings.replicas > 1 or settings.ray_address:
+        if settings.also_serve:
+            console.print("[red]error:[/red] also_serve runs in one process, not on replicas")
+            raise typer.Exit(2)
         serve_on_ray(settings)
         return
     app_ = build_app(settings)
-    console.print(f"serving {settings.model} on http://{settings.host}:{settings.port}")
+    served = ", ".join([settings.model, *settings.also_serve])
+    console.print(f"serving {served} on http://{settings.host}:{settings.port}")
     uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning")
 
 

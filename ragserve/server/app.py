@@ -6,7 +6,6 @@ with the matching status.
 
 import contextlib
 import functools
-import hashlib
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
@@ -29,7 +28,7 @@ from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
-from ragserve.server.state import ServerState, weights_version
+from ragserve.server.state import ServedModel, ServerState
 from ragserve.server.web import mount_web
 from ragserve.services import RagServices, build_engine
 from ragserve.serving.errors import ServiceError
@@ -48,9 +47,11 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.engine.start()
+        for engine in state.engines:
+            engine.start()
         yield
-        state.engine.shutdown()
+        for engine in state.engines:
+            engine.shutdown()
         state.rag.store.close()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
@@ -86,7 +87,12 @@ def build_state(
     """What the routes share, built from settings; the engine, embedder and limiter when given."""
     engine = engine or AsyncEngine(build_engine(settings))
     embedder = embedder or Embedder(settings.embedding_model)
-    template = engine.tokenizer.chat_template or ""
+    default = ServedModel.of(engine, Path(settings.model).name)
+    also_served = {}
+    for name in settings.also_serve:
+        other = settings.model_copy(update={"model": name})
+        served = ServedModel.of(AsyncEngine(build_engine(other)), Path(name).name)
+        also_served[served.id] = served
     return ServerState(
         settings=settings,
         engine=engine,
@@ -100,10 +106,11 @@ def build_state(
         cache=ResponseCache(settings.response_cache_ttl_s, settings.response_cache_max_entries)
         if settings.response_cache
         else None,
-        model_id=Path(settings.model).name,
-        weights_version=weights_version(engine.model_path),
-        template_version=hashlib.sha256(template.encode()).hexdigest()[:16],
+        model_id=default.id,
+        weights_version=default.weights_version,
+        template_version=default.template_version,
         rag=RagServices.build(settings, engine, embedder),
+        also_served=also_served,
     )
 
 

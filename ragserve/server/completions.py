@@ -25,7 +25,7 @@ from ragserve.server.answers import rag_chat_completion
 from ragserve.server.cache_and_limits import acquire, cache_lookup, cache_store, release
 from ragserve.server.completion_reply import Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal, server_state
-from ragserve.server.errors import APIError, from_engine, invalid
+from ragserve.server.errors import from_engine, invalid
 from ragserve.server.lenient import unknown_fields
 from ragserve.server.protocol import (
     ChatCompletionRequest,
@@ -35,7 +35,7 @@ from ragserve.server.protocol import (
     new_id,
 )
 from ragserve.server.responses import ChatCompletionResponse, CompletionResponse, json_or_events
-from ragserve.server.state import ServerState
+from ragserve.server.state import ServedModel, ServerState
 from ragserve.server.tool_calls import ToolUse
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ async def chat_completions(
     tools = ToolUse.of(body.tools, body.tool_choice)
     if tools is not None:
         messages = tools.messages(messages)
-    tokenizer = state.engine.tokenizer
+    tokenizer = state.served(body.model).engine.tokenizer
     try:
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as error:  # a template may refuse a conversation shape
@@ -108,7 +108,8 @@ async def completions(
     state: ServerState = Depends(server_state),
 ) -> Response:
     ignored = ignored_fields(state, body)
-    tokenizer = state.engine.tokenizer
+    engine = state.served(body.model).engine
+    tokenizer = engine.tokenizer
     if isinstance(body.prompt, str):
         token_ids = tokenizer.encode(body.prompt, add_special_tokens=False)
     else:
@@ -117,7 +118,7 @@ async def completions(
     if body.echo:
         if not isinstance(body.prompt, str):
             try:  # ids outside the vocabulary cannot be decoded
-                state.engine.check_token_ids(token_ids)
+                engine.check_token_ids(token_ids)
             except EngineError as error:
                 raise from_engine(error) from error
         echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(token_ids)
@@ -127,6 +128,7 @@ async def completions(
 
 def sampling_params(
     state: ServerState,
+    served: ServedModel,
     body: SamplingFields,
     prompt_len: int,
     constraint: OutputConstraint | None = None,
@@ -139,11 +141,11 @@ def sampling_params(
             "max_tokens_too_large",
             param="max_tokens",
         )
-    room = state.engine.max_model_len - prompt_len
+    room = served.engine.max_model_len - prompt_len
     if room < 1:
         raise invalid(
             f"the prompt has {prompt_len} tokens; this model's context is "
-            f"{state.engine.max_model_len} tokens (max_model_len)",
+            f"{served.engine.max_model_len} tokens (max_model_len)",
             "context_length_exceeded",
         )
     max_tokens = requested if requested is not None else min(settings.default_max_tokens, room)
@@ -184,22 +186,16 @@ async def complete(
     """Run one completion request; echo is the prompt text to send back first, if asked;
     tools, how a chat may call functions."""
     chat = isinstance(body, ChatCompletionRequest)
-    if body.model != state.model_id:
-        raise APIError(
-            404,
-            f"model {body.model!r} is not served here; try {state.model_id!r}",
-            "invalid_request_error",
-            "model_not_found",
-        )
+    served = state.served(body.model)
     constraint = tools.constraint() if tools is not None else body.output_constraint()
-    params = sampling_params(state, body, len(token_ids), constraint)
-    reply = Reply(state.model_id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools)
+    params = sampling_params(state, served, body, len(token_ids), constraint)
+    reply = Reply(served.id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools)
     key, cached = None, None
     if body.deterministic:
         parts = {
             "permissions": who.permission_key,
-            "model": [state.model_id, state.weights_version],
-            "template": state.template_version,
+            "model": [served.id, served.weights_version],
+            "template": served.template_version,
             "kind": "chat" if chat else "text",
             "request": body.cache_fields(),
         }
@@ -210,7 +206,7 @@ async def complete(
         return JSONResponse(reply.json(cached))
     await acquire(state, who, len(token_ids))
     try:
-        stream = await state.engine.add_request(
+        stream = await served.engine.add_request(
             token_ids, params, reply.request_id, who.account, who.tenant, body.priority
         )
     except (EngineError, EngineDeadError) as error:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ragserve.engine.client import EngineClient
 from ragserve.keys import KeyStore
+from ragserve.server.errors import APIError
 from ragserve.server.limits import AuthThrottle, DemandLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.response_cache import ResponseCache
@@ -24,6 +25,26 @@ def weights_version(model_path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """A model the completion routes serve: its engine, and what keys its cached responses."""
+
+    id: str
+    engine: EngineClient
+    weights_version: str
+    template_version: str
+
+    @classmethod
+    def of(cls, engine: EngineClient, model_id: str) -> "ServedModel":
+        template = engine.tokenizer.chat_template or ""
+        return cls(
+            model_id,
+            engine,
+            weights_version(engine.model_path),
+            hashlib.sha256(template.encode()).hexdigest()[:16],
+        )
+
+
 @dataclass
 class ServerState:
     settings: Settings
@@ -37,8 +58,31 @@ class ServerState:
     weights_version: str
     template_version: str
     rag: RagServices
+    # Models served beside `model_id` (setting also_serve), by id; the RAG path uses model_id's.
+    also_served: dict[str, ServedModel] = field(default_factory=dict)
     # Unknown request field names already logged (each is logged once).
     logged_ignored_fields: set[str] = field(default_factory=set)
+
+    def served(self, model_id: str) -> ServedModel:
+        """The served model of that id, or a 404 naming the ones served."""
+        if model_id == self.model_id:
+            return ServedModel(
+                self.model_id, self.engine, self.weights_version, self.template_version
+            )
+        if model_id in self.also_served:
+            return self.also_served[model_id]
+        names = ", ".join(repr(name) for name in [self.model_id, *self.also_served])
+        raise APIError(
+            404,
+            f"model {model_id!r} is not served here; try {names}",
+            "invalid_request_error",
+            "model_not_found",
+        )
+
+    @property
+    def engines(self) -> list[EngineClient]:
+        """Every engine the server runs: the default model's, then the others'."""
+        return [self.engine, *(served.engine for served in self.also_served.values())]
 
     @property
     def documents(self) -> DocumentService:

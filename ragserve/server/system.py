@@ -27,7 +27,7 @@ router = APIRouter()
 
 @router.get("/health", response_model=None, responses=json_body(Health) | error_responses(503))
 async def health(state: ServerState = Depends(server_state)) -> dict[str, str]:
-    if state.engine.error is not None:
+    if any(engine.error is not None for engine in state.engines):
         raise APIError(503, "the engine stopped", "server_error", "engine_dead")
     return {"status": "ok"}
 
@@ -40,9 +40,14 @@ async def metrics(state: ServerState = Depends(server_state)) -> Response:
 def model_cards(state: ServerState) -> list[dict[str, Any]]:
     card = {"object": "model", "created": now(), "owned_by": "ragserve"}
     context = {"max_model_len": state.engine.max_model_len}
+    also = [
+        {"id": served.id, **card, "max_model_len": served.engine.max_model_len}
+        for served in state.also_served.values()
+    ]
     return [
         {"id": state.model_id, **card, **context},
         {"id": state.rag_model_id, **card, **context},
+        *also,
         {"id": state.settings.embedding_model_id, **card},
     ]
 
