@@ -1,5 +1,5 @@
-"""Layers the model architectures share: a linear projection over the CPU kernels, and RoPE
-tables."""
+"""Layers the model architectures share: a linear projection over the CPU kernels, RoPE
+tables, and attention over the paged KV cache from a fused q/k/v projection."""
 
 from dataclasses import dataclass
 
@@ -7,8 +7,10 @@ import torch
 from transformers import PretrainedConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
 from ragserve.engine.kernels import linear, long_input_weight
+from ragserve.engine.models.spec import ModelSpec
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -55,3 +57,29 @@ class Projection:
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
     ) -> torch.Tensor:
         return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input)
+
+
+def attend(
+    qkv: torch.Tensor,
+    spec: ModelSpec,
+    kv_cache: tuple[torch.Tensor, torch.Tensor],
+    meta: AttentionMetadata,
+    scale: float,
+    window: int | None = None,
+) -> torch.Tensor:
+    """A fused q/k/v projection's output ([tokens, (heads + 2 kv_heads) * head_dim], RoPE
+    applied) through paged attention: [tokens, heads * head_dim] in qkv's dtype."""
+    tokens = qkv.shape[0]
+    q_size = spec.num_heads * spec.head_dim
+    kv_size = spec.num_kv_heads * spec.head_dim
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    attn = paged_attention(
+        q.view(tokens, spec.num_heads, spec.head_dim),
+        k.view(tokens, spec.num_kv_heads, spec.head_dim),
+        v.view(tokens, spec.num_kv_heads, spec.head_dim),
+        *kv_cache,
+        meta,
+        scale,
+        window,
+    )
+    return attn.reshape(tokens, q_size).to(qkv.dtype)

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
 
-from ragserve.engine.attention import AttentionMetadata, paged_attention
+from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kernels import add_rms_norm, rope_in_place
-from ragserve.engine.layers import Projection, rope_tables
+from ragserve.engine.layers import Projection, attend, rope_tables
 from ragserve.engine.models.spec import ModelSpec
 
 SLIDING = "sliding_attention"
@@ -106,13 +106,12 @@ class Gemma3Model:
         invariant: bool = False,
     ) -> torch.Tensor:
         spec = self.spec
-        num_tokens = input_ids.shape[0]
         q_size = spec.num_heads * spec.head_dim
         kv_size = spec.num_kv_heads * spec.head_dim
         eps = spec.rms_norm_eps
         hidden = F.embedding(input_ids, self.embed) * self.embed_scale
         x = add_rms_norm(hidden, None, self.layers[0]["input_norm"], eps)
-        for layer, kind, sliding, next_norm, (k_cache, v_cache) in zip(
+        for layer, kind, sliding, next_norm, kv_cache in zip(
             self.layers, self.layer_kinds, self.sliding, self.next_norms, kv_layers, strict=True
         ):
             qkv = layer["qkv"](x, invariant=invariant)
@@ -122,20 +121,9 @@ class Gemma3Model:
             )
             heads = spec.num_heads + spec.num_kv_heads
             rope_in_place(qkv, positions, self.rope[kind], heads, spec.head_dim)
-            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-            attn = paged_attention(
-                q.view(num_tokens, spec.num_heads, spec.head_dim),
-                k.view(num_tokens, spec.num_kv_heads, spec.head_dim),
-                v.view(num_tokens, spec.num_kv_heads, spec.head_dim),
-                k_cache,
-                v_cache,
-                meta,
-                self.scale,
-                self.window if sliding else None,
-            )
-            attn_out = layer["o_proj"](
-                attn.reshape(num_tokens, q_size).to(self.dtype), invariant=invariant
-            )
+            window = self.window if sliding else None
+            attn = attend(qkv, spec, kv_cache, meta, self.scale, window)
+            attn_out = layer["o_proj"](attn, invariant=invariant)
             attn_out = add_rms_norm(attn_out, None, layer["post_attention_norm"], eps)
             x = add_rms_norm(hidden, attn_out, layer["pre_mlp_norm"], eps)
             gate, up = layer["gate_up"](x, invariant=invariant).chunk(2, dim=-1)

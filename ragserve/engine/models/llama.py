@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
 
-from ragserve.engine.attention import AttentionMetadata, paged_attention
+from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kernels import add_rms_norm, rope_in_place, silu_mul
-from ragserve.engine.layers import Projection, rope_tables
+from ragserve.engine.layers import Projection, attend, rope_tables
 from ragserve.engine.models.spec import ModelSpec
 
 
@@ -111,32 +111,16 @@ class LlamaModel:
         invariant: bool = False,
     ) -> torch.Tensor:
         spec = self.spec
-        num_tokens = input_ids.shape[0]
-        q_size = spec.num_heads * spec.head_dim
-        kv_size = spec.num_kv_heads * spec.head_dim
         eps = spec.rms_norm_eps
         hidden = F.embedding(input_ids, self.embed)
         x = add_rms_norm(hidden, None, self.layers[0].input_norm, eps)
-        for layer, next_norm, (k_cache, v_cache) in zip(
-            self.layers, self.next_norms, kv_layers, strict=True
-        ):
+        for layer, next_norm, kv_cache in zip(self.layers, self.next_norms, kv_layers, strict=True):
             qkv = layer.qkv(x, invariant=invariant)
             rope_in_place(
                 qkv, positions, self.rope, spec.num_heads + spec.num_kv_heads, spec.head_dim
             )
-            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-            attn = paged_attention(
-                q.view(num_tokens, spec.num_heads, spec.head_dim),
-                k.view(num_tokens, spec.num_kv_heads, spec.head_dim),
-                v.view(num_tokens, spec.num_kv_heads, spec.head_dim),
-                k_cache,
-                v_cache,
-                meta,
-                self.scale,
-            )
-            attn_out = layer.o_proj(
-                attn.reshape(num_tokens, q_size).to(self.dtype), invariant=invariant
-            )
+            attn = attend(qkv, spec, kv_cache, meta, self.scale)
+            attn_out = layer.o_proj(attn.to(self.dtype), invariant=invariant)
             x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
             gate_up = layer.gate_up(x, invariant=invariant)
             mlp_out = layer.down(silu_mul(gate_up), invariant=invariant)
