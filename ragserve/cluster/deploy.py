@@ -100,6 +100,12 @@ def deployed(settings: Settings) -> Iterator[str]:
     """Deploy on Ray Serve, yield the API's URL, and take it down on exit (and Ray, when
     this started it)."""
     settings = with_absolute_paths(settings)
+    if settings.ray_address is None:
+        # Ray Serve gives its HTTP proxy 5 s to report ready, three times, then kills it: on
+        # two cores busy with other work the proxy's worker takes longer than that to start,
+        # and the deployment fails. The cluster this starts, and whatever it inherits, waits
+        # longer (a cluster given by address keeps its own settings).
+        os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
     ray.init(
         address=settings.ray_address,
         namespace=NAMESPACE,
