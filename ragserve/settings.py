@@ -35,6 +35,7 @@ ENGINE = defaults(EngineConfig)
 ENGINE_FIELDS = (
     "model",
     "dtype",
+    "quantization",
     "kv_cache_memory_bytes",
     "max_model_len",
     "max_num_seqs",
@@ -65,6 +66,9 @@ class Settings(BaseSettings):
     also_serve: list[str] = Field(default_factory=list)
     # "auto": bfloat16 where the CPU computes it natively, else float32.
     dtype: str = ENGINE["dtype"]
+    # "int8": projections' weights in int8 with a scale per row (faster decoding, see
+    # docs/benchmarks.md for what it costs in quality); "none": in dtype.
+    quantization: str = ENGINE["quantization"]
     # Engine limits (see EngineConfig).
     kv_cache_memory_bytes: int = Field(ENGINE["kv_cache_memory_bytes"], ge=1)
     max_model_len: int | None = ENGINE["max_model_len"]

@@ -2,6 +2,7 @@
 every bench command registered in the order the help lists them."""
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from ragserve.cli.bench_load import rag, serve
 from ragserve.cli.common import console, show_report
 from ragserve.cli.options import (
     JsonOption,
+    JsonReportOption,
     ModelOption,
     OutOption,
     PgserverOption,
@@ -118,11 +120,35 @@ def grammar(
     console.print_json(data=measure(model or DEFAULT_MODEL, sizes))
 
 
+def quantization(
+    model: ModelOption = None,
+    formats: Annotated[
+        str, typer.Option(help="DTYPE:QUANTIZATION pairs, comma-separated, against float32.")
+    ] = "bfloat16:none,bfloat16:int8,float32:int8",
+    out: OutOption = Path("reports"),
+    as_json: JsonReportOption = False,
+) -> None:
+    """What a weight format costs in quality (perplexity on fixed text, greedy agreement with
+    the float32 model over 64 prompts) next to the decode speed it buys."""
+    from ragserve.bench.quantization import measure, to_markdown
+    from ragserve.reports import write_report
+
+    pairs = [item.split(":") for item in formats.split(",")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise typer.BadParameter("formats are DTYPE:QUANTIZATION, e.g. bfloat16:int8")
+    name = model or DEFAULT_MODEL
+    results = measure(name, [(dtype, quantization) for dtype, quantization in pairs])
+    report = {"model": name, "formats": [asdict(result) for result in results]}
+    markdown = to_markdown(name, results)
+    show_report(report, markdown, write_report(out, "quantization", report, markdown), as_json)
+
+
 COMMANDS = (
     ("offline", offline),
     ("ingest", ingest),
     ("serve", serve),
     ("grammar", grammar),
+    ("quantization", quantization),
     ("compare", compare),
     ("soak", soak),
     ("rag", rag),

@@ -13,19 +13,26 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+QUANTIZATIONS = ("none", "int8")
+
+
 def cache_dir() -> Path:
     """Where imported models and built kernels are kept (RAGSERVE_HOME)."""
     return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
 
 
 @functools.cache
-def native_bf16() -> bool:
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux names them (empty where /proc/cpuinfo is unreadable)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+            return frozenset(next((ln for ln in cpuinfo if ln.startswith("flags")), "").split())
     except OSError:
-        return False
-    return any(flag in flags for flag in BF16_FLAGS)
+        return frozenset()
+
+
+def native_bf16() -> bool:
+    return any(flag in cpu_flags() for flag in BF16_FLAGS)
 
 
 def resolve_dtype(dtype: str) -> str:
@@ -40,6 +47,9 @@ class EngineConfig:
     model: str = DEFAULT_MODEL
     # "auto" (resolve_dtype), "float32" or "bfloat16".
     dtype: str = "auto"
+    # "none", or "int8": every projection's weight rounded to int8 with a scale per row
+    # (layers.Projection.to_int8); activations and the KV cache stay in dtype.
+    quantization: str = "none"
     block_size: int = 16
     # KV pool size; the number of blocks follows from the model's bytes per token.
     kv_cache_memory_bytes: int = 2 << 30
@@ -72,6 +82,10 @@ class EngineConfig:
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {self.dtype!r}")
         self.dtype = resolve_dtype(self.dtype)
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(
+                f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}"
+            )
         positive = {
             "block_size": self.block_size,
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes,

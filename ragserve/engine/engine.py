@@ -73,7 +73,7 @@ class LLMEngine:
         )
         self.max_model_len = sizing.max_model_len
         self.model = build_model(
-            read_weights(self.model_path), hf_config, dtype, self.max_model_len
+            read_weights(self.model_path), hf_config, dtype, self.max_model_len, config.quantization
         )
         # Built (once per machine, about a minute) at start-up rather than in the first request.
         kernels.extension()

@@ -17,18 +17,30 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.config import cache_dir, native_bf16
+from ragserve.engine.config import cache_dir, cpu_flags, native_bf16
 
 logger = logging.getLogger(__name__)
 
-SOURCES = ("bindings.cpp", "paged_attention.cpp", "linear.cpp", "elementwise.cpp", "token_mask.cpp")
+SOURCES = (
+    "bindings.cpp",
+    "paged_attention.cpp",
+    "linear.cpp",
+    "int8_linear.cpp",
+    "elementwise.cpp",
+    "token_mask.cpp",
+)
 # Up to this many rows a linear layer streams its weights once through the small-batch kernel;
 # past it a matmul library's blocking wins (docs/benchmarks.md). On AVX2 the kernel is 2-3×
-# PyTorch's matmul at 1-8 rows and still ahead at 32. Where the CPU multiplies bfloat16
-# natively, oneDNN on its own blocked copy of a bfloat16 weight ties the kernel at 2 rows and is
-# 1.05-1.15× faster at 4-16 rows with AVX-512 BF16, 2-6.5× at 5-32 rows with AMX.
+# PyTorch's matmul at 1-8 rows and still ahead at 32. With AVX-512 BF16 and no AMX, its
+# bfloat16 dot products stream a token's weights 1.7× faster than oneDNN's bfloat16 matmul at 1
+# row and 1.06× at 8; oneDNN's blocking wins from 12 rows (1.12×). With AMX, oneDNN on its own
+# blocked copy of a bfloat16 weight is 2-6.5× faster from 5 rows.
 SMALL_BATCH_ROWS = 32
-NATIVE_BF16_SMALL_BATCH_ROWS = 2
+BF16_DOT_SMALL_BATCH_ROWS = 8
+AMX_SMALL_BATCH_ROWS = 2
+# int8 weights: their kernel streams half bfloat16's bytes, 1.7-1.9× faster than bfloat16 dot
+# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy wins from 16.
+INT8_SMALL_BATCH_ROWS = 8
 
 
 CSRC = Path(__file__).parent / "csrc"
@@ -78,8 +90,12 @@ def extension() -> ModuleType | None:
 
 def small_batch_rows(weight: torch.Tensor) -> int:
     """Inputs up to this many rows go through the small-batch kernel (SMALL_BATCH_ROWS)."""
+    if weight.dtype == torch.int8:
+        return INT8_SMALL_BATCH_ROWS
     if weight.dtype == torch.bfloat16 and native_bf16():
-        return NATIVE_BF16_SMALL_BATCH_ROWS
+        if "amx_bf16" in cpu_flags():
+            return AMX_SMALL_BATCH_ROWS
+        return BF16_DOT_SMALL_BATCH_ROWS
     return SMALL_BATCH_ROWS
 
 
@@ -90,6 +106,7 @@ def linear(
     out_dtype: torch.dtype | None = None,
     invariant: bool = False,
     long_input: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype).
 
@@ -100,12 +117,22 @@ def linear(
     the rounding) by M, so past small_batch_rows the fast path can give a row other low bits
     in a larger batch.
     long_input: what longer inputs multiply instead of the weight (long_input_weight).
+    scale: an int8 weight's per-row scales (the weight is weight * scale[:, None]); its kernel
+    rounds each row of x to int16 (2^-15 of the row's largest magnitude) and sums exactly
+    in integers; without the kernels, and past its rows, x multiplies long_input.
     """
     kernels = extension()
-    if kernels is not None and (invariant or x.shape[0] <= small_batch_rows(weight)):
-        return kernels.small_batch_linear(x, weight, bias, out_dtype or x.dtype)
+    small = invariant or x.shape[0] <= small_batch_rows(weight)
     out_dtype = out_dtype or x.dtype
-    if weight.dtype == torch.bfloat16 and (x.dtype == torch.float32 or not native_bf16()):
+    if weight.dtype == torch.int8:
+        if kernels is not None and small:
+            return kernels.int8_linear(x, weight, scale, bias, out_dtype)
+        # long_input holds the rounded weight as the matmul below takes it.
+        weight, long_input = long_input, None
+    elif kernels is not None and small:
+        return kernels.small_batch_linear(x, weight, bias, out_dtype)
+    widen = x.dtype == torch.float32 or not native_bf16()
+    if weight.dtype == torch.bfloat16 and widen and not weight.is_mkldnn:
         wide = long_input is not None and long_input.dtype == torch.float32
         matrix = long_input if wide else weight.float()
         x, bias = x.float(), None if bias is None else bias.float()

@@ -2,6 +2,7 @@
 tables, and attention over the paged KV cache from a fused q/k/v projection."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PretrainedConfig
@@ -10,7 +11,9 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
 from ragserve.engine.kernels import linear, long_input_weight
-from ragserve.engine.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # models/ builds on these layers; importing it here would be circular
+    from ragserve.engine.models.spec import ModelSpec
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -43,25 +46,40 @@ class Projection:
     for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
     without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
     kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
-    weights on every forward pass."""
+    weights on every forward pass.
+
+    An int8 projection (to_int8) holds the weight as int8 with one float32 scale per row."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
     long_input: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
         return cls(weight, bias, long_input_weight(weight))
 
+    def to_int8(self) -> None:
+        """Round the weight to int8 per row, symmetric (scale: the row's largest magnitude /
+        127), in place. Decode-sized inputs then stream half the bytes of bfloat16; longer ones
+        multiply the rounded values, widened once here to the weight's dtype."""
+        dtype = self.weight.dtype
+        wide = self.weight.float()
+        scale = wide.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
+        self.weight = torch.round(wide / scale[:, None]).to(torch.int8)
+        self.scale = scale.contiguous()
+        rounded = (self.weight.float() * scale[:, None]).to(dtype)
+        self.long_input = long_input_weight(rounded) if dtype == torch.bfloat16 else rounded
+
     def __call__(
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False
     ) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input)
+        return linear(x, self.weight, self.bias, out_dtype, invariant, self.long_input, self.scale)
 
 
 def attend(
     qkv: torch.Tensor,
-    spec: ModelSpec,
+    spec: "ModelSpec",
     kv_cache: tuple[torch.Tensor, torch.Tensor],
     meta: AttentionMetadata,
     scale: float,

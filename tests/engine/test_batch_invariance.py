@@ -28,13 +28,16 @@ def text_prompt(engine: LLMEngine, length: int, seed: int) -> list[int]:
     return ids[:length]
 
 
-def make_engine(max_num_batched_tokens: int, batch_invariant: bool = False) -> LLMEngine:
+def make_engine(
+    max_num_batched_tokens: int, batch_invariant: bool = False, quantization: str = "none"
+) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             dtype="bfloat16",
             kv_cache_memory_bytes=KV_BYTES,
             max_num_batched_tokens=max_num_batched_tokens,
             batch_invariant=batch_invariant,
+            quantization=quantization,
         )
     )
 
@@ -112,3 +115,13 @@ def test_the_engine_setting_makes_every_request_invariant(engine, cold):
     prompt = text_prompt(engine, PROMPT_LENS[1], PROMPT_LENS[1])
     tokens, logprobs, _ = run(invariant, {"plain": prompt}, batch_invariant=False)["plain"]
     assert (tokens, logprobs) == cold[PROMPT_LENS[1]][:2]
+
+
+def test_int8_weights_keep_the_guarantee(engine):
+    """With int8 weights a prompt's tokens are the same alone, chunked otherwise and inside a
+    batch."""
+    prompt = text_prompt(engine, PROMPT_LENS[1], PROMPT_LENS[1])
+    alone = run(make_engine(512, quantization="int8"), {"alone": prompt})["alone"]
+    others = {f"other{i}": text_prompt(engine, 150 + 40 * i, 1000 + i) for i in range(4)}
+    batched = run(make_engine(200, quantization="int8"), others | {"target": prompt})["target"]
+    assert batched[:2] == alone[:2]

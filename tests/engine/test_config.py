@@ -28,3 +28,8 @@ def test_an_unknown_dtype_is_refused():
 def test_out_of_range_limits_are_refused_with_their_name(field, value, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**{field: value})
+
+
+def test_an_unknown_quantization_is_refused():
+    with pytest.raises(ValueError, match="quantization must be one of none, int8"):
+        EngineConfig(quantization="int4")

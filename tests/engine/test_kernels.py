@@ -39,16 +39,100 @@ def test_linear_matches_float32_matmul(path, weight_dtype, rows):
     assert rounded.dtype == torch.float32
 
 
-def test_linear_kernel_rows_do_not_depend_on_the_batch():
-    """Each output row is reduced in the same order whatever else is in the batch."""
+@pytest.mark.parametrize("x_dtype", DTYPES)
+def test_linear_kernel_rows_do_not_depend_on_the_batch(x_dtype):
+    """Each output row is reduced in the same order whatever else is in the batch (a bfloat16
+    x meets the bfloat16 weight in AVX-512 BF16 dot products where the CPU has them)."""
     torch.manual_seed(0)
     weight = torch.randn(960, 576).to(torch.bfloat16)
-    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576)
+    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576).to(x_dtype)
     alone = torch.cat([kernels.linear(x[i : i + 1], weight, invariant=True) for i in range(len(x))])
     for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
         assert torch.equal(kernels.linear(x[:rows], weight, invariant=True), alone[:rows])
     short = kernels.small_batch_rows(weight)
     assert torch.equal(kernels.linear(x[:short], weight), alone[:short])
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9, 33])
+@pytest.mark.parametrize("k", [31, 64, 203, 576])
+def test_bfloat16_inputs_match_the_float32_product_of_their_values(rows, k):
+    """bfloat16 x and weight (the bfloat16 model's projections) in the small-batch kernel: the
+    products are exact in float32, so the result is the matmul of the same values up to
+    float32 summation, whichever instructions (AVX-512 BF16 dot products, or widening), the
+    tails of K past a 32-wide block and of N past a tile included."""
+    torch.manual_seed(rows * k)
+    x = torch.randn(rows, k).to(torch.bfloat16)
+    weight = torch.randn(37, k).to(torch.bfloat16)
+    bias = torch.randn(37).to(torch.bfloat16)
+    expected = F.linear(x.double(), weight.double(), bias.double())
+    got = kernels.linear(x, weight, bias, out_dtype=torch.float32, invariant=True)
+    # float32 sums of k products of magnitude ~1: within k * 2^-24 * sum |products|.
+    bound = k * 2**-23 * (x.double().abs() @ weight.double().abs().T) + 1e-6
+    assert ((got.double() - expected).abs() <= bound).all()
+    rounded = kernels.linear(x, weight, bias, invariant=True)
+    assert rounded.dtype == torch.bfloat16
+    assert torch.equal(rounded, got.to(torch.bfloat16)), "bfloat16 output is the rounded float32"
+
+
+def int8_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    weight = torch.randn(n, k)
+    scale = weight.abs().amax(dim=1) / 127
+    return torch.round(weight / scale[:, None]).to(torch.int8), scale
+
+
+@pytest.mark.parametrize("x_dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("k", [31, 64, 203, 576, 4099])
+def test_int8_kernel_matches_the_float_product_with_its_weight(x_dtype, rows, k):
+    """The int8 kernel against the float64 product of x and the int8 weight times its scales.
+    Its only rounding of the inputs is x's to int16 (half a step of 2^-15 of the row's largest
+    magnitude, times the sum of the weight's magnitudes); past that, float32 sums. K past 4096
+    crosses an integer block; K and N not multiples of a vector or a tile exercise the tails."""
+    torch.manual_seed(rows * k)
+    x = (torch.randn(rows, k) * torch.rand(rows, 1) * 10).to(x_dtype)
+    q, scale = int8_weight(37, k)
+    bias = torch.randn(37)
+    weight = q.double() * scale.double()[:, None]
+    expected = x.double() @ weight.T + bias.double()
+    got = kernels.extension().int8_linear(x, q, scale, bias, torch.float32)
+    step = x.double().abs().amax(dim=1, keepdim=True) / 32767
+    bound = 0.5 * step * weight.abs().sum(dim=1) + k * 2**-22 * (x.double().abs() @ weight.abs().T)
+    assert ((got.double() - expected).abs() <= bound + 1e-5).all()
+    rounded = kernels.extension().int8_linear(x, q, scale, bias, torch.bfloat16)
+    assert torch.equal(rounded, got.to(torch.bfloat16)), "bfloat16 output is the rounded float32"
+
+
+def test_int8_rows_do_not_depend_on_the_batch():
+    torch.manual_seed(0)
+    q, scale = int8_weight(960, 576)
+    x = torch.randn(kernels.SMALL_BATCH_ROWS, 576).to(torch.bfloat16)
+    linear = kernels.extension().int8_linear
+    alone = torch.cat([linear(x[i : i + 1], q, scale, None, torch.float32) for i in range(len(x))])
+    for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
+        assert torch.equal(linear(x[:rows], q, scale, None, torch.float32), alone[:rows])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 8, 40])
+def test_an_int8_projection_rounds_each_weight_to_within_half_its_row_step(path, dtype, rows):
+    """to_int8: every weight within half a step (its row's largest magnitude / 127) of the
+    original; short inputs (the int8 kernel) and long ones (a matmul on the rounded weight, the
+    only path without the kernels) give the product with the rounded weight."""
+    torch.manual_seed(rows)
+    original = torch.randn(37, 203).to(dtype)
+    bias = torch.randn(37).to(dtype)
+    projection = Projection.of(original.clone(), bias)
+    projection.to_int8()
+    assert projection.weight.dtype == torch.int8 and projection.scale.shape == (37,)
+    rounded = projection.weight.float() * projection.scale[:, None]
+    step = original.float().abs().amax(dim=1, keepdim=True) / 127
+    assert ((rounded - original.float()).abs() <= step / 2 + 1e-6).all()
+    x = torch.randn(rows, 203).to(dtype)
+    expected = F.linear(x.float(), rounded.to(dtype).float(), bias.float())
+    # float32: within the int8 kernel's rounding of x to int16 (a few 1e-4 here).
+    tolerance = 5e-3 if dtype == torch.float32 else 0.15
+    got = projection(x, out_dtype=torch.float32)
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance / 10)
 
 
 @pytest.mark.parametrize("weight_dtype", DTYPES)

@@ -1,6 +1,6 @@
 // bfloat16 is the top half of a float32, so widening is an exact shift that, unlike
 // c10::BFloat16's conversion, vectorizes. float widens to itself, so kernels can be written once
-// for both dtypes.
+// for both dtypes. Also the AVX2 lane sum the kernels share.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -26,5 +26,13 @@ static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8(const c10::BFloat16* p) {
   const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+// The sum of the eight lanes, in one fixed order.
+static inline float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 #endif

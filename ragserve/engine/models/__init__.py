@@ -33,6 +33,16 @@ def spec_of(config: PretrainedConfig) -> ModelSpec:
 
 
 def build_model(
-    weights: dict[str, torch.Tensor], config: PretrainedConfig, dtype: torch.dtype, max_len: int
+    weights: dict[str, torch.Tensor],
+    config: PretrainedConfig,
+    dtype: torch.dtype,
+    max_len: int,
+    quantization: str = "none",
 ) -> DecoderModel:
-    return model_class(config.architectures).from_weights(weights, config, dtype, max_len)
+    """The model for the config's architecture; quantization "int8" rounds every projection's
+    weight to int8 (Projection.to_int8)."""
+    model = model_class(config.architectures).from_weights(weights, config, dtype, max_len)
+    if quantization == "int8":
+        for projection in model.projections():
+            projection.to_int8()
+    return model

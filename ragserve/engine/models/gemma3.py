@@ -8,6 +8,8 @@ and layers of two kinds (config.layer_types): sliding-window layers attend to th
 `sliding_window` positions with one RoPE base, full layers to everything with another.
 """
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig
@@ -135,3 +137,8 @@ class Gemma3Model:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         return self.lm_head(hidden, out_dtype=torch.float32, invariant=invariant)
+
+    def projections(self) -> Iterator[Projection]:
+        yield self.lm_head
+        for layer in self.layers:
+            yield from (layer["qkv"], layer["o_proj"], layer["gate_up"], layer["down"])

@@ -12,6 +12,7 @@ which costs speed on long prompt chunks.
 """
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -130,3 +131,8 @@ class LlamaModel:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         return self.lm_head(hidden, out_dtype=torch.float32, invariant=invariant)
+
+    def projections(self) -> Iterator[Projection]:
+        yield self.lm_head
+        for layer in self.layers:
+            yield from (layer.qkv, layer.o_proj, layer.gate_up, layer.down)

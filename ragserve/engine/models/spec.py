@@ -1,13 +1,17 @@
 """What the engine needs to know of a model, whatever its architecture: its shape (ModelSpec,
 which sizes the KV cache) and what a model does with a step (DecoderModel)."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers import PretrainedConfig
 
 from ragserve.engine.attention import AttentionMetadata
+
+if TYPE_CHECKING:  # layers.py reads ModelSpec; importing it at run time would be circular
+    from ragserve.engine.layers import Projection
 
 
 @dataclass
@@ -56,6 +60,10 @@ class DecoderModel(Protocol):
     ) -> torch.Tensor: ...
 
     def logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor: ...
+
+    def projections(self) -> "Iterator[Projection]":
+        """Every linear layer, the vocabulary projection included (what quantization rounds)."""
+        ...
 
 
 class ModelClass(Protocol):
