@@ -32,14 +32,15 @@ SOURCES = (
 # Up to this many rows a linear layer streams its weights once through the small-batch kernel;
 # past it a matmul library's blocking wins (docs/benchmarks.md). On AVX2 the kernel is 2-3×
 # PyTorch's matmul at 1-8 rows and still ahead at 32. With AVX-512 BF16 and no AMX, its
-# bfloat16 dot products stream a token's weights 1.7× faster than oneDNN's bfloat16 matmul at 1
-# row and 1.06× at 8; oneDNN's blocking wins from 12 rows (1.12×). With AMX, oneDNN on its own
-# blocked copy of a bfloat16 weight is 2-6.5× faster from 5 rows.
+# bfloat16 dot products stream a token's projections faster than oneDNN's bfloat16 matmul up to
+# 8 rows (1.03× at 8, measured over every layer's weights from memory); oneDNN's blocking wins
+# from 12 (1.2×). With AMX, oneDNN on its own blocked copy of a bfloat16 weight is 2-6.5×
+# faster from 5 rows.
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
 AMX_SMALL_BATCH_ROWS = 2
-# int8 weights: their kernel streams half bfloat16's bytes, 1.7-1.9× faster than bfloat16 dot
-# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy wins from 16.
+# int8 weights: their kernel streams half bfloat16's bytes, 1.2-1.7× faster than bfloat16 dot
+# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16.
 INT8_SMALL_BATCH_ROWS = 8
 
 

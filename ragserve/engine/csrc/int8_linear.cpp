@@ -11,6 +11,8 @@
 
 #include "widen.h"
 
+#include <immintrin.h>  // SSE, x86-64's baseline, for the scaling of every path
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -51,13 +53,21 @@ static inline FVec fzero() { return _mm512_setzero_ps(); }
 // acc += pairwise products of x and q, summed in pairs (vpdpwssd with AVX-512 VNNI).
 static inline IVec madd(IVec acc, IVec x, IVec q) {
 #ifdef __AVX512VNNI__
-  return _mm512_dpwssd_epi32(acc, x, q);
+  // Written out: GCC 12 did not give the intrinsic's result its accumulator's register, and
+  // copied every accumulator around every instruction.
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(q));
+  return acc;
 #else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(x, q));
 #endif
 }
 static inline FVec widen_add(FVec f, IVec i) { return _mm512_add_ps(f, _mm512_cvtepi32_ps(i)); }
-static inline float sum(FVec v) { return _mm512_reduce_add_ps(v); }
+// The lane sums of v[0..3], or of v[0] alone in a one-column tile (widen.h).
+template <int kRowsN>
+static inline __m128 sum4(const FVec* v) {
+  if constexpr (kRowsN % 4 == 0) return sum4x16(v[0], v[1], v[2], v[3]);
+  return sum4x16(v[0], fzero(), fzero(), fzero());
+}
 #elif defined(RAGSERVE_INT8_AVX2)
 using IVec = __m256i;
 using FVec = __m256;
@@ -78,7 +88,40 @@ static inline IVec izero() { return _mm256_setzero_si256(); }
 static inline FVec fzero() { return _mm256_setzero_ps(); }
 static inline IVec madd(IVec acc, IVec x, IVec q) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, q)); }
 static inline FVec widen_add(FVec f, IVec i) { return _mm256_add_ps(f, _mm256_cvtepi32_ps(i)); }
-static inline float sum(FVec v) { return sum8(v); }
+template <int kRowsN>
+static inline __m128 sum4(const FVec* v) {
+  if constexpr (kRowsN % 4 == 0) return _mm_setr_ps(sum8(v[0]), sum8(v[1]), sum8(v[2]), sum8(v[3]));
+  return _mm_setr_ps(sum8(v[0]), 0.0f, 0.0f, 0.0f);
+}
+#endif
+
+#if defined(RAGSERVE_INT8_AVX512) || defined(RAGSERVE_INT8_AVX2)
+// Columns [k0, k_end) of the tile's dot products, summed exactly in int32 lanes, added into
+// total as float32: whole vectors, or (kPartial) one vector of fewer lanes. GCC 12 kept the
+// accumulators in memory as well as in registers, storing every one on every step (1.6x slower
+// at 4-8 rows), unless they are a flat array of at most 8 vectors in a function of their own.
+template <int kRowsM, int kRowsN, bool kPartial>
+__attribute__((noinline)) static void block_dots(const int16_t* x, const int8_t* q,
+                                                 FVec (&total)[kRowsM][kRowsN], int64_t k0,
+                                                 int64_t k_end, int64_t k_size) {
+  static_assert(kRowsM * kRowsN <= 8, "more accumulators than GCC keeps in registers");
+  IVec acc[kRowsM * kRowsN];
+  for (int i = 0; i < kRowsM * kRowsN; ++i) acc[i] = izero();
+  const int64_t lanes = kPartial ? k_end - k0 : kLanes;
+  // At least one vector (the caller's k0 < k_end): see dot_block in linear.cpp.
+  int64_t k = k0;
+  do {
+    IVec wv[kRowsN];
+    for (int n = 0; n < kRowsN; ++n) wv[n] = load_q(q + n * k_size + k, lanes);
+    for (int m = 0; m < kRowsM; ++m) {
+      const IVec xv = load_x(x + m * k_size + k, lanes);
+      for (int n = 0; n < kRowsN; ++n) acc[m * kRowsN + n] = madd(acc[m * kRowsN + n], xv, wv[n]);
+    }
+    k += kLanes;
+  } while (k < k_end);
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < kRowsN; ++n) total[m][n] = widen_add(total[m][n], acc[m * kRowsN + n]);
+}
 #endif
 
 // The kRowsM x kRowsN tile of integer dot products of x rows (int16) and weight rows (int8),
@@ -92,23 +135,16 @@ static inline void tile_dots(const int16_t* x, const int8_t* q, float (&dots)[kR
     for (int n = 0; n < kRowsN; ++n) total[m][n] = fzero();
   for (int64_t k0 = 0; k0 < k_size; k0 += kBlockK) {
     const int64_t k_end = std::min(k_size, k0 + kBlockK);
-    IVec acc[kRowsM][kRowsN];
-    for (int m = 0; m < kRowsM; ++m)
-      for (int n = 0; n < kRowsN; ++n) acc[m][n] = izero();
-    for (int64_t k = k0; k < k_end; k += kLanes) {
-      const int64_t lanes = std::min(kLanes, k_end - k);
-      IVec wv[kRowsN];
-      for (int n = 0; n < kRowsN; ++n) wv[n] = load_q(q + n * k_size + k, lanes);
-      for (int m = 0; m < kRowsM; ++m) {
-        const IVec xv = load_x(x + m * k_size + k, lanes);
-        for (int n = 0; n < kRowsN; ++n) acc[m][n] = madd(acc[m][n], xv, wv[n]);
-      }
-    }
-    for (int m = 0; m < kRowsM; ++m)
-      for (int n = 0; n < kRowsN; ++n) total[m][n] = widen_add(total[m][n], acc[m][n]);
+    const int64_t whole = k0 + (k_end - k0) / kLanes * kLanes;
+    if (whole > k0) block_dots<kRowsM, kRowsN, false>(x, q, total, k0, whole, k_size);
+    if (k_end > whole) block_dots<kRowsM, kRowsN, true>(x, q, total, whole, k_end, k_size);
   }
   for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kRowsN; ++n) dots[m][n] = sum(total[m][n]);
+    for (int n = 0; n < kRowsN; n += 4) {
+      alignas(16) float sums[4];
+      _mm_store_ps(sums, sum4<kRowsN>(total[m] + n));
+      for (int i = 0; i < std::min(4, kRowsN); ++i) dots[m][n + i] = sums[i];
+    }
 #else
   for (int m = 0; m < kRowsM; ++m)
     for (int n = 0; n < kRowsN; ++n) {
@@ -124,22 +160,34 @@ static inline void tile_dots(const int16_t* x, const int8_t* q, float (&dots)[kR
 #endif
 }
 
-// One output from its integer dot product, in one compiled sequence: inlined into each tile
-// shape, -ffast-math was free to reorder the products, and a row's last bit then depended on
-// the tile its batch gave it.
-__attribute__((noinline)) static float scaled(float dot, float x_scale, float scale, float bias) {
-  return dot * x_scale * scale + bias;
+// Four outputs of a row from their integer dot products, in one compiled sequence: inlined
+// into each tile shape, -ffast-math was free to reorder the products, and a row's last bit
+// then depended on the tile its batch gave it.
+__attribute__((noinline)) static __m128 scaled4(__m128 dots, float x_scale, __m128 scale,
+                                                __m128 bias) {
+  return _mm_add_ps(_mm_mul_ps(_mm_mul_ps(dots, _mm_set1_ps(x_scale)), scale), bias);
 }
 
 template <int kRowsM, int kRowsN, typename y_t>
 static inline void tile(const int16_t* x, const float* x_scale, const int8_t* q,
                         const float* scale, const float* bias, y_t* y, int64_t k_size,
                         int64_t n_size) {
-  float dots[kRowsM][kRowsN];
+  constexpr int kWidth = std::min(4, kRowsN);
+  alignas(16) float dots[kRowsM][kRowsN];
   tile_dots<kRowsM, kRowsN>(x, q, dots, k_size);
   for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kRowsN; ++n)
-      y[m * n_size + n] = y_t(scaled(dots[m][n], x_scale[m], scale[n], bias ? bias[n] : 0.0f));
+    for (int n = 0; n < kRowsN; n += 4) {
+      alignas(16) float part[3][4] = {};
+      for (int i = 0; i < kWidth; ++i) {
+        part[0][i] = dots[m][n + i];
+        part[1][i] = scale[n + i];
+        part[2][i] = bias ? bias[n + i] : 0.0f;
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, scaled4(_mm_load_ps(part[0]), x_scale[m], _mm_load_ps(part[1]),
+                                _mm_load_ps(part[2])));
+      for (int i = 0; i < kWidth; ++i) y[m * n_size + n + i] = y_t(out[i]);
+    }
 }
 
 template <typename y_t>
@@ -158,9 +206,9 @@ static void int8_rows(const int16_t* x, const float* x_scale, const int8_t* q, c
 #endif
       const float* bt = bias ? bias + n0 : nullptr;
       int64_t m = 0;
-      for (; m + 4 <= m_size; m += 4)
+      for (; m + 2 <= m_size; m += 2)
         for (int64_t n = 0; n < kTileN; n += 4)
-          tile<4, 4>(x + m * k_size, x_scale + m, qt + n * k_size, scale + n0 + n,
+          tile<2, 4>(x + m * k_size, x_scale + m, qt + n * k_size, scale + n0 + n,
                      bt ? bt + n : nullptr, y + m * n_size + n0 + n, k_size, n_size);
       for (; m < m_size; ++m)
         tile<1, kTileN>(x + m * k_size, x_scale + m, qt, scale + n0, bt, y + m * n_size + n0,

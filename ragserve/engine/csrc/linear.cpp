@@ -140,32 +140,72 @@ static void linear_rows(const float* x, const w_t* w, const float* bias, y_t* y,
 }
 
 #ifdef RAGSERVE_BF16_DOT
-// The kRowsM x kRowsN tile of y at (x, w) from bfloat16 rows (their bits as uint16_t): 32
-// products of each (x row, weight row) pair per instruction into a float32 vector, summed across
-// its lanes at the end. Every pair takes the same steps at every tile shape, so a row's result
-// does not depend on its batch.
+// acc += the pairwise products of a and b's 32 bfloat16 lanes, summed in pairs (vdpbf16ps).
+// Written out: GCC 12 did not give the intrinsic's result its accumulator's register, and
+// copied or stored every accumulator around every instruction.
+static inline __m512i dot_accumulate(__m512i acc, __m512i a, __m512i b) {
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
+// Columns [k0, k_end) of the kRowsM x kRowsN tile's dot products from bfloat16 rows (their
+// bits as uint16_t), 32 products of each (x row, weight row) pair per instruction, added into
+// sums: whole blocks of 32, or (kPartial) one block of fewer columns, read as zeros past them.
+// GCC 12 kept the accumulators in memory as well as in registers, storing every one on every
+// step (1.3-2x slower), unless they are a flat array of at most 8 vectors in a function of
+// their own without a tail.
+template <int kRowsM, int kRowsN, bool kPartial>
+__attribute__((noinline)) static void dot_block(const uint16_t* x, const uint16_t* w,
+                                                __m512 (&sums)[kRowsM * kRowsN], int64_t k0,
+                                                int64_t k_end, int64_t k_size) {
+  static_assert(kRowsM * kRowsN <= 8, "more accumulators than GCC keeps in registers");
+  // float32 lanes, held as integer vectors: with float ones GCC 12 stored them on every step.
+  __m512i acc[kRowsM * kRowsN];
+  for (int i = 0; i < kRowsM * kRowsN; ++i) acc[i] = _mm512_setzero_si512();
+  const __mmask32 lanes = kPartial ? __mmask32((1ull << (k_end - k0)) - 1) : ~__mmask32(0);
+  // At least one block (the caller's k0 < k_end): a loop that may run no times left GCC 12
+  // storing the accumulators on every step for the path that skips it.
+  int64_t k = k0;
+  do {
+    __m512i wv[kRowsN];
+    for (int n = 0; n < kRowsN; ++n) wv[n] = _mm512_maskz_loadu_epi16(lanes, w + n * k_size + k);
+    for (int m = 0; m < kRowsM; ++m) {
+      const __m512i xv = _mm512_maskz_loadu_epi16(lanes, x + m * k_size + k);
+      for (int n = 0; n < kRowsN; ++n)
+        acc[m * kRowsN + n] = dot_accumulate(acc[m * kRowsN + n], xv, wv[n]);
+    }
+    k += 32;
+  } while (k < k_end);
+  for (int i = 0; i < kRowsM * kRowsN; ++i)
+    sums[i] = _mm512_add_ps(sums[i], _mm512_castsi512_ps(acc[i]));
+}
+
+// The kRowsM x kRowsN tile of y at (x, w): each pair's float32 vector of dot products summed
+// across its lanes at the end. Every pair takes the same steps at every tile shape, so a row's
+// result does not depend on its batch.
 template <int kRowsM, int kRowsN, typename y_t>
 static inline void dot_tile(const uint16_t* x, const uint16_t* w, const float* bias, y_t* y,
                             int64_t k_size, int64_t n_size) {
-  __m512 acc[kRowsM][kRowsN];
+  __m512 acc[kRowsM * kRowsN];
+  for (int i = 0; i < kRowsM * kRowsN; ++i) acc[i] = _mm512_setzero_ps();
+  const int64_t whole = k_size / 32 * 32;
+  if (whole > 0) dot_block<kRowsM, kRowsN, false>(x, w, acc, 0, whole, k_size);
+  if (k_size > whole) dot_block<kRowsM, kRowsN, true>(x, w, acc, whole, k_size, k_size);
   for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kRowsN; ++n) acc[m][n] = _mm512_setzero_ps();
-  const auto step = [&](int64_t k, __mmask32 lanes) {
-    __m512bh wv[kRowsN];
-    for (int n = 0; n < kRowsN; ++n)
-      wv[n] = (__m512bh)_mm512_maskz_loadu_epi16(lanes, w + n * k_size + k);
-    for (int m = 0; m < kRowsM; ++m) {
-      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(lanes, x + m * k_size + k);
-      for (int n = 0; n < kRowsN; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xv, wv[n]);
+    for (int n = 0; n < kRowsN; n += 4) {
+      // Four vectors' sums at once, or one's beside zeros in a one-column tile.
+      const int i0 = m * kRowsN + n;
+      const __m512 none = _mm512_setzero_ps();
+      __m128 sums;
+      if constexpr (kRowsN % 4 == 0)
+        sums = sum4x16(acc[i0], acc[i0 + 1], acc[i0 + 2], acc[i0 + 3]);
+      else
+        sums = sum4x16(acc[i0], none, none, none);
+      alignas(16) float dots[4];
+      _mm_store_ps(dots, sums);
+      for (int i = 0; i < std::min(4, kRowsN); ++i)
+        y[m * n_size + n + i] = y_t(dots[i] + (bias ? bias[n + i] : 0.0f));
     }
-  };
-  int64_t k = 0;
-  for (; k + 32 <= k_size; k += 32) step(k, ~__mmask32(0));
-  // The last partial block reads zeros past K, which add nothing.
-  if (k < k_size) step(k, __mmask32((1ull << (k_size - k)) - 1));
-  for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kRowsN; ++n)
-      y[m * n_size + n] = y_t(_mm512_reduce_add_ps(acc[m][n]) + (bias ? bias[n] : 0.0f));
 }
 
 // y = x W^T for bfloat16 x and W, tiles of kTileN weight rows split across threads.
@@ -186,10 +226,10 @@ static void dot_rows(const uint16_t* x, const uint16_t* w, const float* bias, y_
       }
       const float* bt = bias ? bias + t * kTileN : nullptr;
       int64_t m = 0;
-      // Four input rows share each four weight vectors: 16 accumulators, 4 weights, 1 input.
-      for (; m + 4 <= m_size; m += 4)
+      // Two input rows share each four weight vectors.
+      for (; m + 2 <= m_size; m += 2)
         for (int64_t n = 0; n < kTileN; n += 4)
-          dot_tile<4, 4>(x + m * k_size, wt + n * k_size, bt ? bt + n : nullptr,
+          dot_tile<2, 4>(x + m * k_size, wt + n * k_size, bt ? bt + n : nullptr,
                          y + m * n_size + t * kTileN + n, k_size, n_size);
       for (; m < m_size; ++m)
         dot_tile<1, kTileN>(x + m * k_size, wt, bt, y + m * n_size + t * kTileN, k_size, n_size);

@@ -36,3 +36,21 @@ static inline float sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 #endif
+
+#if defined(__AVX512F__)
+// The lane sums of four vectors, lane i of the result holding v_i's: 13 instructions where four
+// separate sums take about 32, which at a few rows cost as much as the dot products themselves.
+// Each vector goes through the same tree of additions whatever its neighbours, so its sum does
+// not depend on them.
+static inline __m256 halves(__m512 v) {
+  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return _mm256_add_ps(_mm512_castps512_ps256(v), high);
+}
+
+static inline __m128 sum4x16(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  const __m256 pairs01 = _mm256_hadd_ps(halves(v0), halves(v1));
+  const __m256 pairs23 = _mm256_hadd_ps(halves(v2), halves(v3));
+  const __m256 quads = _mm256_hadd_ps(pairs01, pairs23);
+  return _mm_add_ps(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1));
+}
+#endif
