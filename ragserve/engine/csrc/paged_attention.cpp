@@ -83,9 +83,23 @@ static inline void prefetch(const scalar_t* ptr, int64_t elems) {
     __builtin_prefetch(bytes + off);
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-// One 16-position block's scores for kPairs query heads at once, two vectors of lanes each;
-// every lane is its own multiply-add chain over head_dim, as in block_scores_any.
+#if defined(__AVX512F__)
+// One 16-position block's scores for kPairs query heads at once, a vector of lanes each; every
+// lane is its own multiply-add chain over head_dim, as in block_scores_any.
+template <int kPairs, typename scalar_t>
+static inline void block_scores16(const float* const* queries, const scalar_t* keys,
+                                  int64_t head_dim, float* const* outs) {
+  __m512 lanes[kPairs];
+  for (int p = 0; p < kPairs; ++p) lanes[p] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < head_dim; ++i) {
+    const __m512 key = load16(keys + i * 16);
+    for (int p = 0; p < kPairs; ++p)
+      lanes[p] = _mm512_fmadd_ps(_mm512_set1_ps(queries[p][i]), key, lanes[p]);
+  }
+  for (int p = 0; p < kPairs; ++p) _mm512_storeu_ps(outs[p], lanes[p]);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// The same in two vectors of eight lanes.
 template <int kPairs, typename scalar_t>
 static inline void block_scores16(const float* const* queries, const scalar_t* keys,
                                   int64_t head_dim, float* const* outs) {
@@ -159,11 +173,55 @@ static inline void accumulate_lanes(float* a0, float* a1, const float* probs0,
 }
 #endif
 
+#if defined(__AVX512F__)
+// 64 consecutive dimensions of both in sixteen-lane vectors: the same chains as
+// accumulate_lanes, with half the instructions.
+template <typename scalar_t>
+static inline void accumulate_lanes64(float* a0, float* a1, const float* probs0,
+                                      const float* probs1, const scalar_t* values,
+                                      int64_t count0, int64_t count1, int64_t head_dim) {
+  __m512 acc0[4], acc1[4];
+  for (int v = 0; v < 4; ++v) {
+    acc0[v] = _mm512_loadu_ps(a0 + 16 * v);
+    acc1[v] = a1 ? _mm512_loadu_ps(a1 + 16 * v) : _mm512_setzero_ps();
+  }
+  const int64_t both = std::max<int64_t>(0, std::min(count0, a1 ? count1 : 0));
+  for (int64_t j = 0; j < both; ++j) {
+    const __m512 weight0 = _mm512_set1_ps(probs0[j]);
+    const __m512 weight1 = _mm512_set1_ps(probs1[j]);
+    for (int v = 0; v < 4; ++v) {
+      const __m512 value = load16(values + j * head_dim + 16 * v);
+      acc0[v] = _mm512_fmadd_ps(weight0, value, acc0[v]);
+      acc1[v] = _mm512_fmadd_ps(weight1, value, acc1[v]);
+    }
+  }
+  for (int64_t j = both; j < count0; ++j) {
+    const __m512 weight0 = _mm512_set1_ps(probs0[j]);
+    for (int v = 0; v < 4; ++v)
+      acc0[v] = _mm512_fmadd_ps(weight0, load16(values + j * head_dim + 16 * v), acc0[v]);
+  }
+  for (int64_t j = both; a1 && j < count1; ++j) {
+    const __m512 weight1 = _mm512_set1_ps(probs1[j]);
+    for (int v = 0; v < 4; ++v)
+      acc1[v] = _mm512_fmadd_ps(weight1, load16(values + j * head_dim + 16 * v), acc1[v]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    _mm512_storeu_ps(a0 + 16 * v, acc0[v]);
+    if (a1) _mm512_storeu_ps(a1 + 16 * v, acc1[v]);
+  }
+}
+#endif
+
 template <typename scalar_t>
 static inline void accumulate_values(float* a0, float* a1, const float* probs0,
                                      const float* probs1, const scalar_t* values, int64_t count0,
                                      int64_t count1, int64_t head_dim) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 64 <= head_dim; i += 64)
+    accumulate_lanes64(a0 + i, a1 ? a1 + i : nullptr, probs0, probs1, values + i, count0,
+                       count1, head_dim);
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   for (; i + 32 <= head_dim; i += 32)
     accumulate_lanes(a0 + i, a1 ? a1 + i : nullptr, probs0, probs1, values + i, count0, count1,

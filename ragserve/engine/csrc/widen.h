@@ -38,6 +38,14 @@ static inline float sum8(__m256 v) {
 #endif
 
 #if defined(__AVX512F__)
+// Sixteen consecutive values as float32 lanes.
+static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+static inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
 // The lane sums of four vectors, lane i of the result holding v_i's: 13 instructions where four
 // separate sums take about 32, which at a few rows cost as much as the dot products themselves.
 // Each vector goes through the same tree of additions whatever its neighbours, so its sum does
