@@ -69,7 +69,8 @@ class Projection:
         self.weight = torch.round(wide / scale[:, None]).to(torch.int8)
         self.scale = scale.contiguous()
         rounded = (self.weight.float() * scale[:, None]).to(dtype)
-        self.long_input = long_input_weight(rounded) if dtype == torch.bfloat16 else rounded
+        copy = long_input_weight(rounded)  # None: the rounded values themselves
+        self.long_input = rounded if copy is None else copy
 
     def __call__(
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False

@@ -314,3 +314,17 @@ def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
     assert kernels.build_directory(copy) == kernels.build_directory()
     (copy / "linear.cpp").write_text((copy / "linear.cpp").read_text() + "\n// changed\n")
     assert kernels.build_directory(copy) != kernels.build_directory()
+
+
+def test_an_int8_projection_serves_long_inputs_without_onednn(monkeypatch):
+    """Without oneDNN the rounded weight is kept as a plain tensor for long inputs."""
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    torch.manual_seed(7)
+    projection = Projection.of(torch.randn(37, 203).to(torch.bfloat16))
+    projection.to_int8()
+    assert projection.long_input is not None and not projection.long_input.is_mkldnn
+    x = torch.randn(40, 203).to(torch.bfloat16)
+    rounded = projection.weight.float() * projection.scale[:, None]
+    expected = F.linear(x.float(), rounded.to(torch.bfloat16).float())
+    got = projection(x, out_dtype=torch.float32)
+    torch.testing.assert_close(got, expected, atol=0.15, rtol=0.015)
