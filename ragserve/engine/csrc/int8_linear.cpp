@@ -2,16 +2,18 @@
 // in int8 and scale [N] its rows' float32 scales (weight ~= Q * scale[:, None]).
 //
 // A decode step streams every weight once, and at one row the bfloat16 stream is already at
-// the memory's pace (linear.cpp); int8 halves the bytes. Each weight widens exactly to float32
-// in registers and meets the float32 x in an FMA, so the only error is the weight's rounding
-// to int8. As in linear.cpp, every output is reduced in the same order whatever M is.
+// the memory's pace (linear.cpp); int8 halves the bytes. Each row of x is rounded to int16 (one
+// scale per row, 2^-15 of its largest magnitude) and meets the weights in exact integer sums
+// (vpdpwssd with VNNI), so past the weight's own rounding to int8 the error is x's rounding and
+// float32's across blocks. As in linear.cpp, every output is reduced in the same order whatever
+// M is.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
 #include "widen.h"
 
-#include <immintrin.h>  // SSE, x86-64's baseline, for the scaling of every path
+#include <immintrin.h>  // SSE (x86-64's baseline) for the scaling on every path; AVX2, AVX-512
 
 #include <algorithm>
 #include <cmath>
@@ -20,10 +22,8 @@
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-#include <immintrin.h>
 #define RAGSERVE_INT8_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
 #define RAGSERVE_INT8_AVX2 1
 #endif
 
@@ -34,9 +34,9 @@ constexpr int64_t kTileN = 8;
 // Weight bytes below which a call is not split across threads.
 constexpr int64_t kMinThreadBytes = 1 << 15;
 
-// Products per int32 lane before the lanes are added into float32: each lane takes two
-// products of at most 127 * 32767 per step, so 4096 columns (at most 1.1e9) stay far from
-// int32's 2.1e9 whatever the values.
+// Columns summed in int32 lanes before they are added into float32: a lane takes two products
+// of at most 127 * 32767 per vector of columns, so over 4096 columns it holds at most 1.07e9
+// (AVX-512, 16 lanes) or 2.13e9 (AVX2, 8 lanes), within int32's 2.147e9 whatever the values.
 constexpr int64_t kBlockK = 4096;
 
 #if defined(RAGSERVE_INT8_AVX512)
@@ -44,7 +44,9 @@ using IVec = __m512i;
 using FVec = __m512;
 constexpr int64_t kLanes = 32;  // int16 lanes of one vector
 static inline __mmask32 lane_mask(int64_t n) { return __mmask32((1ull << n) - 1); }
-static inline IVec load_x(const int16_t* p, int64_t n) { return _mm512_maskz_loadu_epi16(lane_mask(n), p); }
+static inline IVec load_x(const int16_t* p, int64_t n) {
+  return _mm512_maskz_loadu_epi16(lane_mask(n), p);
+}
 static inline IVec load_q(const int8_t* p, int64_t n) {
   return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(lane_mask(n), p));
 }
@@ -80,13 +82,16 @@ static inline IVec load_x(const int16_t* p, int64_t n) {
 }
 static inline IVec load_q(const int8_t* p, int64_t n) {
   alignas(16) int8_t part[kLanes] = {};
-  if (n == kLanes) return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if (n == kLanes)
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   std::memcpy(part, p, n);
   return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(part)));
 }
 static inline IVec izero() { return _mm256_setzero_si256(); }
 static inline FVec fzero() { return _mm256_setzero_ps(); }
-static inline IVec madd(IVec acc, IVec x, IVec q) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, q)); }
+static inline IVec madd(IVec acc, IVec x, IVec q) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(x, q));
+}
 static inline FVec widen_add(FVec f, IVec i) { return _mm256_add_ps(f, _mm256_cvtepi32_ps(i)); }
 template <int kRowsN>
 static inline __m128 sum4(const FVec* v) {
@@ -202,7 +207,8 @@ static void int8_rows(const int16_t* x, const float* x_scale, const int8_t* q, c
       const int8_t* qt = q + n0 * k_size;
 #if defined(RAGSERVE_INT8_AVX512) || defined(RAGSERVE_INT8_AVX2)
       if (t + 1 < end)
-        for (int64_t i = 0; i < tile_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(qt + tile_bytes + i), _MM_HINT_T0);
+        for (int64_t i = 0; i < tile_bytes; i += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(qt + tile_bytes + i), _MM_HINT_T0);
 #endif
       const float* bt = bias ? bias + n0 : nullptr;
       int64_t m = 0;
