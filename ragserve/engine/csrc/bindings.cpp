@@ -15,7 +15,6 @@ at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta, at::
 void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin, int64_t heads,
                    int64_t head_dim);
 at::Tensor silu_mul(at::Tensor gate_up);
-bool bf16_dot_products();
 at::Tensor int8_linear(at::Tensor x, at::Tensor qweight, at::Tensor scale,
                        c10::optional<at::Tensor> bias, at::ScalarType out_dtype);
 void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask);
@@ -30,8 +29,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("small_batch_linear", &small_batch_linear,
         "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "
         "independent of the others");
-  m.def("bf16_dot_products", &bf16_dot_products,
-        "Whether small_batch_linear multiplies two bfloat16 operands with AVX-512 BF16");
   m.def("int8_linear", &int8_linear,
         "(x Q^T) * scale (+ bias) for an int8 weight with per-row scales, float32 arithmetic; "
         "each row's result independent of the others");

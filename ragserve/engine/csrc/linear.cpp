@@ -12,7 +12,7 @@
 // Where the CPU has AVX-512 BF16, a bfloat16 x meets a bfloat16 weight in its dot-product
 // instruction instead (vdpbf16ps: 32 products per instruction, summed in float32): the
 // products are exact, only the float32 sums round differently. On an AMD EPYC with AVX-512 BF16
-// and no AMX a draft-less token's projections went from 7.6 to 4.4 ms (240 -> 61 GB/s of the
+// and no AMX a draft-less token's projections went from 7.6 to 4.4 ms (35 -> 61 GB/s of the
 // weight stream at one row), and the AVX2 tiles were compute-bound long before the memory was.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -288,12 +288,4 @@ at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at:
     dispatch_output(x32.data_ptr<float>(), weight.data_ptr<float>(), bias_ptr, y, m, n, k);
   }
   return y;
-}
-
-bool bf16_dot_products() {
-#ifdef RAGSERVE_BF16_DOT
-  return true;
-#else
-  return false;
-#endif
 }
