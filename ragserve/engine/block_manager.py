@@ -88,7 +88,8 @@ class BlockManager:
         )
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
-        if not self.enable_prefix_caching:
+        # Prompt log-probabilities need the logits of every prompt position computed.
+        if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
             return []
         # The last token is always recomputed: its logits are needed to sample.
         hits = []

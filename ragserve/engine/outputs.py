@@ -3,6 +3,17 @@
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True)
+class Logprob:
+    logprob: float
+    # 1 for the most likely token.
+    rank: int
+
+
+# One position's log-probabilities: the chosen token's and the top-n, by token id (vLLM's shape).
+PositionLogprobs = dict[int, Logprob]
+
+
 @dataclass
 class CompletionOutput:
     index: int
@@ -11,7 +22,7 @@ class CompletionOutput:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     cumulative_logprob: float | None = None
-    logprobs: list[dict[int, float]] | None = None
+    logprobs: list[PositionLogprobs] | None = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None
@@ -47,3 +58,5 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int
     metrics: RequestMetrics
+    # Per prompt token when asked for (None for the first, which nothing predicts).
+    prompt_logprobs: list[PositionLogprobs | None] | None = None

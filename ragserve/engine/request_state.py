@@ -25,7 +25,7 @@ class Choice:
             token_ids=list(seq.output_token_ids),
             finish_reason=seq.finish_reason,
             stop_reason=stop_reason,
-            logprobs=list(seq.logprobs) if seq.params.logprobs else None,
+            logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
         )
 
 
@@ -58,5 +58,8 @@ class RequestState:
                 first_token_time=first.first_token_time,
                 finished_time=max(finished_times) if finished else None,
                 num_preemptions=sum(c.seq.num_preemptions for c in self.choices),
+            ),
+            prompt_logprobs=(
+                list(first.prompt_logprobs) if first.params.prompt_logprobs is not None else None
             ),
         )

@@ -13,10 +13,13 @@ from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kv_cache import KVCache
 from ragserve.engine.logits_processor import LogitsProcessor
 from ragserve.engine.models.spec import DecoderModel
-from ragserve.engine.sampler import Sampler
+from ragserve.engine.sampler import Sampler, position_logprobs
 from ragserve.engine.scheduler import ScheduledBatch
 from ragserve.engine.sequence import Sequence
 from ragserve.engine.structured import Masks, fill_masks_soon
+
+# Hidden rows turned into logits at a time for prompt logprobs (49,152 floats each).
+PROMPT_LOGPROB_ROWS = 256
 
 
 class ModelRunner:
@@ -58,15 +61,25 @@ class ModelRunner:
         """Compute the batch; return the new tokens of each sequence that finished computing
         all its tokens this step (one sampled token, or a verified draft's accepted tokens and
         the one after them), and the seconds the forward pass took. Sequences that asked for
-        logprobs get this step's appended to seq.logprobs."""
+        logprobs get this step's appended to seq.logprobs, and those that asked for prompt
+        logprobs the chunk's to seq.prompt_logprobs."""
         started = time.perf_counter()
         token_ids: list[int] = []
         sample_rows: list[int] = []
         sample_seqs: list[Sequence] = []
         verify_rows: list[int] = []
+        prompt_rows: list[tuple[Sequence, range]] = []
         for seq, num in zip(batch.seqs, batch.num_new_tokens, strict=True):
             start = seq.num_computed_tokens
             draft = batch.drafts.get(seq, [])
+            if seq.params.prompt_logprobs is not None:
+                # Position p predicts token p + 1; positions already recorded (before a
+                # preemption) and the one predicting the first output token are left out.
+                end = min(start + num, seq.num_prompt_tokens - 1)
+                first = max(start, len(seq.prompt_logprobs) - 1)
+                if first < end:
+                    offset = len(token_ids) - start
+                    prompt_rows.append((seq, range(first + offset, end + offset)))
             token_ids.extend(seq.token_ids[start : start + num - len(draft)])
             token_ids.extend(draft)
             if draft:
@@ -84,6 +97,8 @@ class ModelRunner:
             torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers, invariant
         )
         forward_s = time.perf_counter() - started
+        for seq, rows in prompt_rows:
+            self._prompt_logprobs(seq, hidden[rows.start : rows.stop], invariant)
         if not sample_rows and not verify_rows:
             return {}, forward_s
         # One vocabulary projection for all rows: it streams the whole embedding matrix.
@@ -106,10 +121,21 @@ class ModelRunner:
         if not seqs:
             return {}
         params = [s.params for s in seqs]
-        # Logprobs describe the model's own distribution, so they are read before adjustment.
-        for seq, logprobs in zip(seqs, self.sampler.top_logprobs(logits, params), strict=True):
-            if logprobs is not None:
-                seq.logprobs.append(logprobs)
         adjusted = self.logits_processor(logits, seqs, masks)
         tokens = self.sampler(adjusted, params, [s.generator for s in seqs])
+        found = self.sampler.logprobs(adjusted, params, tokens)
+        for seq, logprobs in zip(seqs, found, strict=True):
+            if logprobs is not None:
+                seq.logprobs.append(logprobs)
         return {seq: [token] for seq, token in zip(seqs, tokens, strict=True)}
+
+    def _prompt_logprobs(self, seq: Sequence, hidden: torch.Tensor, invariant: bool) -> None:
+        """The model's log-probabilities of the prompt tokens these hidden rows predict, in
+        pieces so that a long chunk's logits never all exist at once."""
+        for start in range(0, len(hidden), PROMPT_LOGPROB_ROWS):
+            rows = hidden[start : start + PROMPT_LOGPROB_ROWS]
+            position = len(seq.prompt_logprobs)
+            tokens = seq.prompt_token_ids[position : position + len(rows)]
+            logprobs = torch.log_softmax(self.model.logits(rows, invariant).float(), dim=-1)
+            counts = [seq.params.prompt_logprobs or 0] * len(rows)
+            seq.prompt_logprobs.extend(position_logprobs(logprobs, tokens, counts))

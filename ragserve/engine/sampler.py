@@ -15,10 +15,32 @@ distributed exactly as if drawn one step at a time.
 import torch
 import torch.nn.functional as F
 
+from ragserve.engine.outputs import Logprob, PositionLogprobs
 from ragserve.engine.sampling_params import SamplingParams
 
 # Tokens per block of the two-level draw (Sampler._draw).
 DRAW_BLOCK = 256
+
+
+def position_logprobs(
+    logprobs: torch.Tensor, tokens: list[int], counts: list[int]
+) -> list[PositionLogprobs]:
+    """Per row of log-probabilities: the given token's, with its rank, and the row's top
+    counts[row] tokens' (tokens masked to -inf left out)."""
+    chosen_ids = torch.tensor(tokens).unsqueeze(1)
+    chosen = logprobs.gather(1, chosen_ids)
+    ranks = ((logprobs > chosen).sum(dim=-1) + 1).tolist()
+    values, ids = logprobs.topk(max(counts, default=0), dim=-1)
+    result = []
+    for row, token in enumerate(tokens):
+        entry = {token: Logprob(chosen[row, 0].item(), ranks[row])}
+        top_ids = ids[row, : counts[row]].tolist()
+        top_values = values[row, : counts[row]].tolist()
+        for rank, (top_id, value) in enumerate(zip(top_ids, top_values, strict=True), start=1):
+            if value > float("-inf"):
+                entry.setdefault(top_id, Logprob(value, rank))
+        result.append(entry)
+    return result
 
 
 class Sampler:
@@ -45,19 +67,23 @@ class Sampler:
             tokens[rows] = chosen
         return tokens.tolist()
 
-    def top_logprobs(
-        self, logits: torch.Tensor, params: list[SamplingParams]
-    ) -> list[dict[int, float] | None]:
-        """For rows that ask for logprobs: the top-n tokens' log-probabilities."""
-        result: list[dict[int, float] | None] = [None] * len(params)
-        rows = [i for i, p in enumerate(params) if p.logprobs]
+    def logprobs(
+        self, logits: torch.Tensor, params: list[SamplingParams], tokens: list[int]
+    ) -> list[PositionLogprobs | None]:
+        """For rows that ask for logprobs: the chosen token's and the top-n, under the
+        distribution it was drawn from (logits already adjusted; temperature 1 for greedy)."""
+        result: list[PositionLogprobs | None] = [None] * len(params)
+        rows = [i for i, p in enumerate(params) if p.logprobs is not None]
         if rows:
-            logprobs = torch.log_softmax(logits[torch.tensor(rows)], dim=-1)
-            width = max(params[i].logprobs or 0 for i in rows)
-            values, ids = logprobs.topk(width, dim=-1)
-            for row, top_values, top_ids in zip(rows, values.tolist(), ids.tolist(), strict=True):
-                n = params[row].logprobs or 0
-                result[row] = dict(zip(top_ids[:n], top_values[:n], strict=True))
+            temperature = torch.tensor([params[i].temperature or 1.0 for i in rows]).unsqueeze(1)
+            scaled = logits[torch.tensor(rows)].float() / temperature
+            found = position_logprobs(
+                torch.log_softmax(scaled, dim=-1),
+                [tokens[i] for i in rows],
+                [params[i].logprobs or 0 for i in rows],
+            )
+            for row, entry in zip(rows, found, strict=True):
+                result[row] = entry
         return result
 
     def verify(

@@ -41,9 +41,13 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
-    # Log-probabilities of the this many most likely tokens at each step (of the raw model
-    # distribution, before temperature and filtering), as in vLLM.
+    # Each output token's log-probability and those of the this many most likely tokens, under
+    # the distribution the token was drawn from: after penalties, logit bias, the constraint's
+    # mask and temperature (1 for greedy), before top-k/top-p (vLLM's processed_logprobs).
     logprobs: int | None = None
+    # Each prompt token's log-probability under the model given the tokens before it, and those
+    # of the this many most likely tokens there (lm-evaluation-harness's loglikelihood).
+    prompt_logprobs: int | None = None
     # Compute this request in the batch-invariant mode (model.py): greedy decoding then gives
     # the same tokens whatever the batch, chunking or prefix cache; slower on long prompts.
     batch_invariant: bool = False
@@ -89,8 +93,10 @@ class SamplingParams:
         if any(not s for s in stops):
             raise InvalidRequestError("stop strings must not be empty")
         self.stop_strings = tuple(stops)
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise InvalidRequestError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
+        for name in ("logprobs", "prompt_logprobs"):
+            count = getattr(self, name)
+            if count is not None and not 0 <= count <= MAX_LOGPROBS:
+                raise InvalidRequestError(f"{name} must be in [0, {MAX_LOGPROBS}], got {count}")
         if any(t < 0 for t in self.stop_token_ids or []):
             raise InvalidRequestError("stop_token_ids must be non-negative")
         if self.constraint is not None and self.min_tokens:

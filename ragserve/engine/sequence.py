@@ -8,6 +8,7 @@ import llguidance
 import torch
 
 from ragserve.engine.cache_salt import CacheSalt
+from ragserve.engine.outputs import PositionLogprobs
 from ragserve.engine.sampling_params import SamplingParams
 
 
@@ -47,8 +48,10 @@ class Sequence:
     draft_acceptance: float | None = None
     # Tracks the output against the request's constraint (structured.py), if it has one.
     matcher: llguidance.LLMatcher | None = None
-    # Per output token, when the request asked for logprobs: {token id: log-probability}.
-    logprobs: list[dict[int, float]] = field(default_factory=list)
+    # Per output token, when the request asked for logprobs.
+    logprobs: list[PositionLogprobs] = field(default_factory=list)
+    # Per prompt token, when the request asked for them; the first has none.
+    prompt_logprobs: list[PositionLogprobs | None] = field(default_factory=lambda: [None])
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finished_time: float | None = None

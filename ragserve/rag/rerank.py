@@ -71,8 +71,8 @@ class LLMReranker:
         async for output in generate(self.prompt(question, chunk), self.params, narrowing):
             last = output.outputs[0]
         top = (last.logprobs or [{}])[0] if last is not None else {}
-        yes = sum(math.exp(v) for t, v in top.items() if t in self.yes_ids)
-        no = sum(math.exp(v) for t, v in top.items() if t in self.no_ids)
+        yes = sum(math.exp(v.logprob) for t, v in top.items() if t in self.yes_ids)
+        no = sum(math.exp(v.logprob) for t, v in top.items() if t in self.no_ids)
         return yes / (yes + no) if yes + no > 0 else 0.0
 
     async def rerank(

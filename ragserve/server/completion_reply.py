@@ -9,8 +9,9 @@ from typing import Any
 
 from ragserve.engine.client import OutputStream
 from ragserve.engine.errors import EngineDeadError
-from ragserve.engine.outputs import RequestOutput
+from ragserve.engine.outputs import CompletionOutput, RequestOutput
 from ragserve.server.errors import error_body
+from ragserve.server.logprobs import LogprobFormat, merged
 from ragserve.server.protocol import (
     PromptTokensDetails,
     SamplingFields,
@@ -27,6 +28,8 @@ class Choice:
     tool_calls: list[ToolCall] = field(default_factory=list)
     # A chat message that declines (OpenAI's structured outputs): no content, this text instead.
     refusal: str | None = None
+    # The choice's logprobs object as sent, when the request asked for log-probabilities.
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass
@@ -48,13 +51,20 @@ def usage_of(output: RequestOutput) -> Usage:
     )
 
 
-def completion_of(output: RequestOutput, tools: ToolUse | None = None) -> Completion:
+LogprobsOf = Callable[[RequestOutput, CompletionOutput], dict[str, Any] | None]
+
+
+def completion_of(
+    output: RequestOutput, tools: ToolUse | None = None, logprobs_of: LogprobsOf | None = None
+) -> Completion:
     """The response's content; with tools, a reply that calls them as its tool calls."""
     choices = []
     for c in output.outputs:
         calls = tools.calls(c.text) if tools is not None and c.finish_reason == "stop" else []
         called = Choice("", "tool_calls", calls) if calls else None
-        choices.append(called or Choice(c.text, c.finish_reason))
+        choice = called or Choice(c.text, c.finish_reason)
+        choice.logprobs = logprobs_of(output, c) if logprobs_of is not None else None
+        choices.append(choice)
     return Completion(choices, usage_of(output))
 
 
@@ -73,6 +83,7 @@ class Reply:
         chat: bool,
         echo: str | None,
         tools: ToolUse | None = None,
+        logprob_format: LogprobFormat | None = None,
     ) -> None:
         self.model = model
         self.body = body
@@ -81,6 +92,29 @@ class Reply:
         self.echo = echo or ""
         self.kind = "chat.completion" if chat else "text_completion"
         self.tools = tools
+        self.logprob_format = logprob_format
+
+    def logprobs(
+        self, output: RequestOutput, choice: CompletionOutput, first_token: int = 0
+    ) -> dict[str, Any] | None:
+        """The choice's logprobs object for its tokens from first_token on (a stream sends
+        each token's once); a text completion's echoed prompt comes first with the first."""
+        found = choice.logprobs
+        if self.logprob_format is None or found is None:
+            return None
+        tokens = choice.token_ids[first_token : len(found)]
+        positions = found[first_token:]
+        if self.chat:
+            return {"content": self.logprob_format.chat(tokens, positions), "refusal": None}
+        earlier = choice.token_ids[:first_token]
+        offset = len(self.echo) + sum(len(self.logprob_format.token(t)) for t in earlier)
+        result = self.logprob_format.completion(tokens, list(positions), offset)
+        if self.echo and first_token == 0 and output.prompt_logprobs is not None:
+            prompt = self.logprob_format.completion(
+                output.prompt_token_ids, output.prompt_logprobs, 0
+            )
+            result = merged(prompt, result)
+        return result
 
     def json(self, result: Completion) -> dict[str, Any]:
         choices = []
@@ -97,12 +131,22 @@ class Reply:
                         "tool_calls": [call.wire() for call in choice.tool_calls],
                     }
                 choices.append(
-                    {"index": index, "message": message, "finish_reason": reason, "logprobs": None}
+                    {
+                        "index": index,
+                        "message": message,
+                        "finish_reason": reason,
+                        "logprobs": choice.logprobs,
+                    }
                 )
             else:
                 text = self.echo + choice.text
                 choices.append(
-                    {"index": index, "text": text, "finish_reason": reason, "logprobs": None}
+                    {
+                        "index": index,
+                        "text": text,
+                        "finish_reason": reason,
+                        "logprobs": choice.logprobs,
+                    }
                 )
         return {
             "id": self.request_id,
@@ -133,23 +177,41 @@ class Reply:
         return f"data: {json.dumps(payload | (extra or {}))}\n\n"
 
     def _choice(
-        self, index: int, text: str | None, reason: str | None, role: bool = False
+        self,
+        index: int,
+        text: str | None,
+        reason: str | None,
+        role: bool = False,
+        logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         if not self.chat:
-            return {"index": index, "text": text or "", "finish_reason": reason, "logprobs": None}
+            return {
+                "index": index,
+                "text": text or "",
+                "finish_reason": reason,
+                "logprobs": logprobs,
+            }
         delta: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
             delta["content"] = text
-        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
+        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
 
-    def delta(self, index: int, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
-        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
+    def delta(
+        self,
+        index: int,
+        delta: dict[str, Any],
+        reason: str | None,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": logprobs}
 
     def openings(self, n: int) -> list[str]:
-        """What precedes the generated text of each choice: the role, or the echoed prompt."""
+        """What precedes the generated text of each choice: the role, or the echoed prompt
+        (which, when log-probabilities are asked for, comes with the first tokens instead:
+        the prompt's are known only once it has been computed)."""
         if self.chat:
             return [self.event([self._choice(i, "", None, role=True)]) for i in range(n)]
-        if self.echo:
+        if self.echo and self.logprob_format is None:
             return [self.event([self._choice(i, self.echo, None)]) for i in range(n)]
         return []
 
@@ -158,7 +220,10 @@ class Reply:
     ) -> AsyncIterator[str]:
         output = None
         sent = [0] * self.body.n
+        sent_tokens = [0] * self.body.n
         ended = [False] * self.body.n
+        # A text completion echoing its prompt with logprobs sends the prompt with the first.
+        echo_pending = [bool(self.echo) and self.logprob_format is not None] * self.body.n
         calls = [CallStream(self.tools) for _ in range(self.body.n)] if self.tools else []
         try:
             for event in self.openings(self.body.n):
@@ -168,12 +233,20 @@ class Reply:
                 for choice in output.outputs:
                     piece = choice.text[sent[choice.index] :]
                     sent[choice.index] = len(choice.text)
+                    logprobs = self.logprobs(output, choice, sent_tokens[choice.index])
+                    sent_tokens[choice.index] = len(choice.logprobs or [])
+                    if echo_pending[choice.index] and not self.chat:
+                        piece = self.echo + piece
+                        echo_pending[choice.index] = False
                     done = choice.finish_reason is not None and not ended[choice.index]
                     ended[choice.index] = choice.finish_reason is not None
                     if calls:
                         reason = wire_finish_reason(choice.finish_reason) if done else None
                         for delta, finish in calls[choice.index].feed(piece, reason):
-                            yield self.event([self.delta(choice.index, delta, finish)], usage)
+                            yield self.event(
+                                [self.delta(choice.index, delta, finish, logprobs)], usage
+                            )
+                            logprobs = None
                     elif piece or done:
                         yield self.event(
                             [
@@ -181,6 +254,7 @@ class Reply:
                                     choice.index,
                                     piece if piece or not self.chat else None,
                                     wire_finish_reason(choice.finish_reason),
+                                    logprobs=logprobs,
                                 )
                             ],
                             usage,
@@ -203,10 +277,15 @@ class Reply:
             reason = wire_finish_reason(choice.finish_reason)
             if choice.tool_calls:
                 wire = [{"index": i, **call.wire()} for i, call in enumerate(choice.tool_calls)]
-                delta = self.delta(index, {"tool_calls": wire}, reason)
+                delta = self.delta(index, {"tool_calls": wire}, reason, choice.logprobs)
                 yield self.event([delta], usage)
             else:
-                yield self.event([self._choice(index, choice.text, reason)], usage)
+                text = choice.text
+                if self.echo and self.logprob_format is not None and not self.chat:
+                    text = self.echo + text
+                yield self.event(
+                    [self._choice(index, text, reason, logprobs=choice.logprobs)], usage
+                )
         if self.body.final_usage:
             yield self.event([], cached.usage)
         yield "data: [DONE]\n\n"

@@ -27,6 +27,7 @@ from ragserve.server.completion_reply import Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal, server_state
 from ragserve.server.errors import from_engine, invalid
 from ragserve.server.lenient import unknown_fields
+from ragserve.server.logprobs import LogprobFormat
 from ragserve.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -168,6 +169,8 @@ def sampling_params(
             ignore_eos=body.ignore_eos,
             batch_invariant=body.batch_invariant,
             skip_special_tokens=body.skip_special_tokens,
+            logprobs=body.output_logprobs,
+            prompt_logprobs=body.prompt_logprobs,
             constraint=constraint,
         )
     except EngineError as error:
@@ -189,7 +192,11 @@ async def complete(
     served = state.served(body.model)
     constraint = tools.constraint() if tools is not None else body.output_constraint()
     params = sampling_params(state, served, body, len(token_ids), constraint)
-    reply = Reply(served.id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools)
+    top = body.output_logprobs
+    logprob_format = LogprobFormat(served.engine.tokenizer, top) if top is not None else None
+    reply = Reply(
+        served.id, body, new_id("chatcmpl" if chat else "cmpl"), chat, echo, tools, logprob_format
+    )
     key, cached = None, None
     if body.deterministic:
         parts = {
@@ -212,7 +219,7 @@ async def complete(
     except (EngineError, EngineDeadError) as error:
         release(state, who, 0)
         raise from_engine(error) from error
-    finish = _finisher(state, who, stream, key, tools)
+    finish = _finisher(state, who, stream, key, reply)
     if body.stream:
         return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
     output = None
@@ -224,7 +231,7 @@ async def complete(
         finish(output)
     if output is None:  # the client left; nobody reads this
         return Response(status_code=499)
-    return JSONResponse(reply.json(completion_of(output, tools)))
+    return JSONResponse(reply.json(completion_of(output, tools, reply.logprobs)))
 
 
 def _finisher(
@@ -232,7 +239,7 @@ def _finisher(
     who: Principal,
     stream: OutputStream,
     key: str | None,
-    tools: ToolUse | None,
+    reply: Reply,
 ) -> Callable[[RequestOutput | None], None]:
     """What ends a request, finished or not: the stream closed, the caller's limits released,
     the metrics counted, and a complete response cached."""
@@ -245,7 +252,7 @@ def _finisher(
             return
         state.metrics.observe_finished(output, stream.token_times)
         if {c.finish_reason for c in output.outputs} <= {"stop", "length"}:
-            cache_store(state, key, completion_of(output, tools))
+            cache_store(state, key, completion_of(output, reply.tools, reply.logprobs))
 
     return finish
 

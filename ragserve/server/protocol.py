@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from ragserve.engine.sampling_params import MAX_CHOICES, MAX_LOGIT_BIAS, MAX_PENALTY
+from ragserve.engine.sampling_params import MAX_CHOICES, MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_PENALTY
 from ragserve.engine.structured import OutputConstraint
 from ragserve.server.constraints import (
     NamedToolChoice,
@@ -31,9 +31,6 @@ class StreamOptions(Lenient):
     include_usage: bool = False
     # vLLM's extension: usage (so far) on every chunk, not only in a last one.
     continuous_usage_stats: bool = False
-
-
-NO_LOGPROBS = "log-probabilities are not returned by this server"
 
 
 class SamplingFields(Lenient):
@@ -85,7 +82,7 @@ class SamplingFields(Lenient):
 
     @model_validator(mode="after")
     def best_of_is_n(self) -> "SamplingFields":
-        # best_of > n ranks candidates by log-probability, which ragserve does not compute.
+        # best_of > n would generate more candidates than it returns; ragserve does not rank.
         refuse_if(
             self.best_of is not None and self.best_of != self.n,
             f"best_of must equal n ({self.n}) if given: ranking candidates is unsupported",
@@ -120,6 +117,16 @@ class SamplingFields(Lenient):
     @property
     def final_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def output_logprobs(self) -> int | None:
+        """How many alternatives each output token's log-probabilities list, or None."""
+        return None
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """The same for the prompt's tokens (an echoed text completion's)."""
+        return None
 
     def cache_fields(self) -> dict[str, Any]:
         """The request as it bears on the answer (the wire format of the reply and ignored
@@ -166,15 +173,21 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
 
-    @field_validator("logprobs", "top_logprobs")
-    @classmethod
-    def no_logprobs(cls, value: bool | int | None) -> bool | int | None:
-        refuse_if(bool(value), NO_LOGPROBS)
-        return value
+    @model_validator(mode="after")
+    def top_logprobs_needs_logprobs(self) -> "ChatCompletionRequest":
+        refuse_if(
+            bool(self.top_logprobs) and not self.logprobs,
+            "top_logprobs needs logprobs set to true",
+        )
+        return self
+
+    @property
+    def output_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @field_validator("tools")
     @classmethod
@@ -214,17 +227,20 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[int] | list[str]
-    # The prompt is sent back before each choice's text.
+    prompt: str | list[int] | list[str] | list[list[int]]
+    # The prompt is sent back before each choice's text (and its tokens' log-probabilities
+    # before the output's, with logprobs: what lm-evaluation-harness's loglikelihood reads).
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     suffix: str | None = None
 
-    @field_validator("logprobs")
-    @classmethod
-    def no_logprobs(cls, value: int | None) -> int | None:
-        refuse_if(value is not None, NO_LOGPROBS)
-        return value
+    @property
+    def output_logprobs(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        return self.logprobs if self.echo else None
 
     @field_validator("suffix")
     @classmethod
@@ -234,8 +250,8 @@ class CompletionRequest(SamplingFields):
 
     @field_validator("prompt")
     @classmethod
-    def one_prompt(cls, value: str | list[int] | list[str]) -> str | list[int]:
-        if isinstance(value, list) and value and isinstance(value[0], str):
+    def one_prompt(cls, value: str | list[int] | list[str] | list[list[int]]) -> str | list[int]:
+        if isinstance(value, list) and value and isinstance(value[0], str | list):
             if len(value) != 1:
                 raise ValueError("one prompt per request: send a string or a list of token ids")
             return value[0]

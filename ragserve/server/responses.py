@@ -22,11 +22,26 @@ class AssistantMessage(Body):
     refusal: str | None = None
 
 
+class TopLogprob(Body):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(Body):
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
+
+
 class ChatChoice(Body):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionResponse(Body):
@@ -40,11 +55,20 @@ class ChatCompletionResponse(Body):
     usage: Usage
 
 
+class TextLogprobs(Body):
+    """Per token; the echoed prompt's first token has null log-probabilities."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
 class TextChoice(Body):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: TextLogprobs | None = None
 
 
 class CompletionResponse(Body):

@@ -124,19 +124,6 @@ def test_bfloat16_stays_close_to_float32(llm_fp32):
     assert agree / len(PROMPTS) >= 12
 
 
-def test_logprobs_of_the_top_tokens(llm_fp32):
-    output = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0, logprobs=5))[
-        0
-    ].outputs[0]
-    assert len(output.logprobs) == 3
-    for token, top in zip(output.token_ids, output.logprobs, strict=True):
-        assert len(top) == 5
-        assert max(top, key=top.get) == token
-        assert all(v <= 0 for v in top.values())
-    plain = llm_fp32.generate(PROMPTS[0], SamplingParams(max_tokens=3, temperature=0))[0]
-    assert plain.outputs[0].logprobs is None
-
-
 def test_min_tokens_holds_off_eos_and_stops(llm_fp32):
     eos = next(iter(llm_fp32.engine.eos_token_ids))
     # A bias that makes end-of-sequence the greedy choice at every step...

@@ -73,8 +73,8 @@ def test_strict_request_fields_refuses_unknown_fields(server, headers):
 @pytest.mark.parametrize(
     ("path", "extra", "param"),
     [
-        ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
-        ("/v1/chat/completions", {"top_logprobs": 3}, "top_logprobs"),
+        ("/v1/chat/completions", {"top_logprobs": 3}, None),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ("/v1/chat/completions", {"tools": [{"type": "function"}]}, "tools"),
         ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
         ("/v1/chat/completions", {"response_format": {"type": "yaml"}}, "response_format"),
@@ -84,7 +84,7 @@ def test_strict_request_fields_refuses_unknown_fields(server, headers):
         ("/v1/chat/completions", {"repetition_penalty": 0}, "repetition_penalty"),
         ("/v1/chat/completions", {"logit_bias": {"5": 200}}, "logit_bias"),
         ("/v1/chat/completions", {"min_tokens": 50, "max_tokens": 10}, None),
-        ("/v1/completions", {"logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"logprobs": 21}, "logprobs"),
         ("/v1/completions", {"suffix": "end"}, "suffix"),
         ("/v1/completions", {"best_of": 3}, None),
     ],
