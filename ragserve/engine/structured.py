@@ -1,7 +1,8 @@
 """Structured output: a request's output held to a JSON schema, a regular expression, a choice
 of strings or a Lark grammar, by masking the tokens that cannot continue a match before each
 sample. llguidance compiles the constraints and computes the masks (docs/benchmarks.md has
-why llguidance rather than xgrammar).
+why llguidance rather than xgrammar). A JSON schema gets strict defaults first
+(strict_schema.py).
 
 A constraint is compiled once per distinct constraint (an LRU cache) and checked when the
 request is added, so a bad schema or regex is refused with its reason before anything runs.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ragserve.engine.errors import InvalidRequestError
+from ragserve.engine.strict_schema import strict_schema_text
 
 if TYPE_CHECKING:
     import llguidance
@@ -49,7 +51,7 @@ def grammar_of(constraint: OutputConstraint) -> str:
 
     if constraint.kind == "json":
         return llguidance.LLMatcher.grammar_from_json_schema(
-            constraint.spec, defaults={"whitespace_flexible": False}
+            strict_schema_text(constraint.spec), defaults={"whitespace_flexible": False}
         )
     if constraint.kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(constraint.spec)
