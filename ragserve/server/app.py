@@ -21,7 +21,7 @@ from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.client import EngineClient
 from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
-from ragserve.server import answers, audit, completions, documents, embeddings, system
+from ragserve.server import answers, audit, completions, documents, embeddings, system, tokenize
 from ragserve.server.errors import APIError, Rejection, error_body, from_service
 from ragserve.server.gate import BodyCaps, RequestGate
 from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
@@ -67,6 +67,7 @@ def build_app(
     for router in (
         system.router,
         completions.router,
+        tokenize.router,
         embeddings.router,
         answers.router,
         documents.router,

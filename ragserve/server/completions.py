@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
+from transformers import PreTrainedTokenizerBase
 
 from ragserve.access import Principal
 from ragserve.engine.client import OutputStream, final_output
@@ -30,6 +31,7 @@ from ragserve.server.lenient import unknown_fields
 from ragserve.server.logprobs import LogprobFormat
 from ragserve.server.protocol import (
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     SamplingFields,
     error_responses,
@@ -87,18 +89,31 @@ async def chat_completions(
         response = await rag_chat_completion(state, who, body)
         return tell_ignored(response, ignored)
     ignored = ignored_fields(state, body)
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     tools = ToolUse.of(body.tools, body.tool_choice)
-    if tools is not None:
-        messages = tools.messages(messages)
     tokenizer = state.served(body.model).engine.tokenizer
-    try:
-        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as error:  # a template may refuse a conversation shape
-        raise invalid(f"cannot apply the chat template: {error}", "invalid_messages") from error
-    token_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    token_ids = chat_token_ids(tokenizer, body.messages, tools)
     response = await complete(state, body, token_ids, request, who, echo=None, tools=tools)
     return tell_ignored(response, ignored)
+
+
+def chat_token_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[ChatMessage],
+    tools: ToolUse | None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """The conversation through the model's chat template (tools described in its system
+    message), as token ids; a 400 when the template refuses the conversation's shape."""
+    turns = [{"role": m.role, "content": m.text()} for m in messages]
+    if tools is not None:
+        turns = tools.messages(turns)
+    try:
+        prompt = tokenizer.apply_chat_template(
+            turns, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+    except Exception as error:  # a template may refuse a conversation shape
+        raise invalid(f"cannot apply the chat template: {error}", "invalid_messages") from error
+    return tokenizer.encode(prompt, add_special_tokens=False)
 
 
 @router.post("/v1/completions", responses=json_or_events(CompletionResponse))

@@ -80,6 +80,18 @@ class CompletionResponse(Body):
     usage: Usage
 
 
+class TokenizeResponse(Body):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    # Each token as the tokenizer spells it, when return_token_strs asks.
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(Body):
+    prompt: str
+
+
 class Embedding(Body):
     object: Literal["embedding"]
     index: int
