@@ -137,6 +137,8 @@ class Settings(BaseSettings):
     evidence_budget_tokens: int = Field(256, ge=64)
     datamark: bool = True
     reranker: str | None = None
+    # Documents one POST /v1/rerank or /v1/score may send (the LLM reranker runs a prompt each).
+    max_rerank_documents: int = Field(64, ge=1, le=1000)
     # Scale-out on Ray Serve (`pip install ragserve[ray]`), used when replicas > 1 or a
     # ray_address is set (otherwise one process, no Ray): engine replicas behind api_replicas
     # API replicas, on the Ray cluster at ray_address (none: a local one). routing "prefix"

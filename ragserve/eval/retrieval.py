@@ -10,7 +10,7 @@ from ragserve.eval.context import EvalContext
 from ragserve.eval.index import everything
 from ragserve.eval.metrics import RANKING_MEASURES, dedupe, ranking_metrics
 from ragserve.rag.documents import ScoredChunk
-from ragserve.rag.rerank import Generate, Reranker
+from ragserve.rag.rerank import Generate, Reranker, rerank
 from ragserve.reports import markdown_table, run_section, write_report
 
 DEPTH = 10
@@ -32,7 +32,7 @@ async def _rerank_all(
     async def one(qid: str) -> tuple[str, list[ScoredChunk]]:
         async with limit:
             chunks = hybrid[qid][:RERANK_CHUNKS]
-            return qid, await reranker.rerank(questions[qid], chunks, generate)
+            return qid, await rerank(reranker, questions[qid], chunks, generate)
 
     return dict(await asyncio.gather(*(one(q) for q in questions)))
 

@@ -45,7 +45,7 @@ from ragserve.rag.conversation import standalone_query
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
-from ragserve.rag.rerank import Reranker
+from ragserve.rag.rerank import Reranker, rerank
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.structured_answer import (
     answer_schema,
@@ -122,7 +122,7 @@ class AnswerService:
         retrieved = time.perf_counter()
         chunks = retrieval.chunks
         if self.reranker is not None and chunks:
-            chunks = await self.reranker.rerank(query, chunks, generate)
+            chunks = await rerank(self.reranker, query, chunks, generate)
         reranked = time.perf_counter()
         ranked = await asyncio.to_thread(self.selector.rank, query, chunks)
         probability = self.answerability.probability(

@@ -26,14 +26,20 @@ JUDGE_PROMPT = (
 
 
 class Reranker(Protocol):
-    async def rerank(
-        self, question: str, chunks: list[ScoredChunk], generate: Generate
-    ) -> list[ScoredChunk]:
-        """The same chunks, best first, with their scores replaced by the reranker's."""
+    async def scores(
+        self, question: str, texts: list[str], salts: list[str], generate: Generate
+    ) -> list[float]:
+        """Each text's relevance to the question, higher is better. salts: per text, the
+        prefix-cache salt of a prompt that carries it (who may read the text)."""
         ...
 
 
-def _rescored(chunks: list[ScoredChunk], scores: list[float]) -> list[ScoredChunk]:
+async def rerank(
+    reranker: Reranker, question: str, chunks: list[ScoredChunk], generate: Generate
+) -> list[ScoredChunk]:
+    """The same chunks, best first, with their scores replaced by the reranker's."""
+    texts = [c.text for c in chunks]
+    scores = await reranker.scores(question, texts, [evidence_salt(c) for c in chunks], generate)
     rescored = [
         ScoredChunk(**{**c.__dict__, "score": float(s)})
         for c, s in zip(chunks, scores, strict=True)
@@ -54,10 +60,8 @@ class LLMReranker:
         ids = (self.tokenizer.encode(w, add_special_tokens=False) for w in words)
         return {i[0] for i in ids if len(i) == 1}
 
-    def prompt(self, question: str, chunk: ScoredChunk) -> list[int]:
-        content = JUDGE_PROMPT.format(
-            passage=chunk.text[: self.max_passage_chars], question=question
-        )
+    def prompt(self, question: str, text: str) -> list[int]:
+        content = JUDGE_PROMPT.format(passage=text[: self.max_passage_chars], question=question)
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": content}],
             tokenize=True,
@@ -65,21 +69,22 @@ class LLMReranker:
             return_dict=False,
         )
 
-    async def _score(self, question: str, chunk: ScoredChunk, generate: Generate) -> float:
+    async def _score(self, question: str, text: str, salt: str, generate: Generate) -> float:
         last = None
-        narrowing = ((0, evidence_salt(chunk)),)
-        async for output in generate(self.prompt(question, chunk), self.params, narrowing):
+        async for output in generate(self.prompt(question, text), self.params, ((0, salt),)):
             last = output.outputs[0]
         top = (last.logprobs or [{}])[0] if last is not None else {}
         yes = sum(math.exp(v.logprob) for t, v in top.items() if t in self.yes_ids)
         no = sum(math.exp(v.logprob) for t, v in top.items() if t in self.no_ids)
         return yes / (yes + no) if yes + no > 0 else 0.0
 
-    async def rerank(
-        self, question: str, chunks: list[ScoredChunk], generate: Generate
-    ) -> list[ScoredChunk]:
-        scores = await asyncio.gather(*(self._score(question, c, generate) for c in chunks))
-        return _rescored(chunks, list(scores))
+    async def scores(
+        self, question: str, texts: list[str], salts: list[str], generate: Generate
+    ) -> list[float]:
+        pairs = zip(texts, salts, strict=True)
+        return list(
+            await asyncio.gather(*(self._score(question, t, s, generate) for t, s in pairs))
+        )
 
 
 class CrossEncoderReranker:
@@ -91,11 +96,10 @@ class CrossEncoderReranker:
             raise ValueError(f"{folder} is not a CrossEncoder folder")
         self._model = CrossEncoder(str(folder), device="cpu")
 
-    async def rerank(
-        self, question: str, chunks: list[ScoredChunk], generate: Generate
-    ) -> list[ScoredChunk]:
-        if not chunks:
+    async def scores(
+        self, question: str, texts: list[str], salts: list[str], generate: Generate
+    ) -> list[float]:
+        if not texts:
             return []
-        pairs = [(question, c.text) for c in chunks]
-        scores = await asyncio.to_thread(self._model.predict, pairs)
-        return _rescored(chunks, [float(s) for s in scores])
+        scores = await asyncio.to_thread(self._model.predict, [(question, t) for t in texts])
+        return [float(s) for s in scores]

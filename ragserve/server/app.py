@@ -21,7 +21,17 @@ from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.client import EngineClient
 from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
-from ragserve.server import answers, audit, completions, documents, embeddings, system, tokenize
+from ragserve.rag.rerank import LLMReranker, Reranker
+from ragserve.server import (
+    answers,
+    audit,
+    completions,
+    documents,
+    embeddings,
+    rerank,
+    system,
+    tokenize,
+)
 from ragserve.server.errors import APIError, Rejection, error_body, from_service
 from ragserve.server.gate import BodyCaps, RequestGate
 from ragserve.server.limits import AuthThrottle, DemandLimiter, UserLimiter
@@ -69,6 +79,7 @@ def build_app(
         completions.router,
         tokenize.router,
         embeddings.router,
+        rerank.router,
         answers.router,
         documents.router,
         audit.router,
@@ -94,6 +105,10 @@ def build_state(
         other = settings.model_copy(update={"model": name})
         served = ServedModel.of(AsyncEngine(build_engine(other)), Path(name).name)
         also_served[served.id] = served
+    rag = RagServices.build(settings, engine, embedder)
+    rerankers: dict[str, Reranker] = {default.id: LLMReranker(engine.tokenizer)}
+    if settings.reranker and rag.answers.reranker is not None and settings.reranker != "llm":
+        rerankers[Path(settings.reranker).name] = rag.answers.reranker
     return ServerState(
         settings=settings,
         engine=engine,
@@ -110,7 +125,8 @@ def build_state(
         model_id=default.id,
         weights_version=default.weights_version,
         template_version=default.template_version,
-        rag=RagServices.build(settings, engine, embedder),
+        rag=rag,
+        rerankers=rerankers,
         also_served=also_served,
     )
 

@@ -24,7 +24,8 @@ from ragserve.server.errors import APIError, Rejection, invalid
 from ragserve.server.state import ServerState
 
 WITH_BODY = {"POST", "PUT", "PATCH"}
-KEYED_PREFIX = "/v1/"
+# vLLM and Cohere put some keyed routes outside /v1/: /tokenize, /detokenize, /v2/rerank.
+KEYED_PREFIXES = ("/v1/", "/v2/", "/tokenize", "/detokenize")
 # Room for a multipart body's boundaries, part headers and small fields (acl, doc_id), or for
 # the JSON around an uploaded text (its other fields, quotes and escapes).
 UPLOAD_OVERHEAD = 64 << 10
@@ -123,7 +124,7 @@ class RequestGate:
     a JSON body (check_json_body) once, handing it on to the route. Multipart bodies stream
     through to their route, still counted. `respond` renders a refusal (and counts it).
 
-    Every path under KEYED_PREFIX needs a key (tests/server/test_hostile_requests.py holds the
+    Every path under KEYED_PREFIXES needs a key (tests/server/test_hostile_requests.py holds the
     routes to it), so one without is a 401 before its body, whether or not a route is there."""
 
     def __init__(
@@ -149,7 +150,7 @@ class RequestGate:
         multipart = is_multipart(headers)
         body = CountedBody(receive, headers, caps.multipart if multipart else caps.json)
         passage = Passage(self.app, self.respond, scope, send, body, caps)
-        if scope["path"].startswith(KEYED_PREFIX):
+        if scope["path"].startswith(KEYED_PREFIXES):
             client = scope["client"][0] if scope.get("client") else "unknown"
             try:
                 scope[PRINCIPAL_SCOPE_KEY] = authenticate(self.state, headers, client)

@@ -92,6 +92,37 @@ class DetokenizeResponse(Body):
     prompt: str
 
 
+class RerankResult(Body):
+    index: int
+    relevance_score: float
+    # With return_documents.
+    document: dict[str, str] | None = None
+
+
+class RerankResponse(Body):
+    """Best first, at most top_n."""
+
+    id: str
+    model: str
+    usage: dict[str, int]
+    results: list[RerankResult]
+
+
+class Score(Body):
+    index: int
+    object: Literal["score"]
+    score: float
+
+
+class ScoreResponse(Body):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[Score]
+    usage: dict[str, int]
+
+
 class Embedding(Body):
     object: Literal["embedding"]
     index: int

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ragserve.engine.client import EngineClient
 from ragserve.keys import KeyStore
+from ragserve.rag.rerank import Reranker
 from ragserve.server.errors import APIError
 from ragserve.server.limits import AuthThrottle, DemandLimiter
 from ragserve.server.metrics import ServerMetrics
@@ -58,6 +59,9 @@ class ServerState:
     weights_version: str
     template_version: str
     rag: RagServices
+    # What /v1/rerank and /v1/score serve, by model id: the served model as a judge, and the
+    # CrossEncoder folder when the reranker setting names one.
+    rerankers: dict[str, Reranker] = field(default_factory=dict)
     # Models served beside `model_id` (setting also_serve), by id; the RAG path uses model_id's.
     also_served: dict[str, ServedModel] = field(default_factory=dict)
     # Unknown request field names already logged (each is logged once).

@@ -1,9 +1,9 @@
 import asyncio
 import math
 
-from ragserve.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from ragserve.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from ragserve.rag.documents import ScoredChunk
-from ragserve.rag.rerank import LLMReranker
+from ragserve.rag.rerank import LLMReranker, rerank
 
 
 def test_llm_reranker_orders_by_the_models_yes_probability(llm_fp32):
@@ -21,13 +21,17 @@ def test_llm_reranker_orders_by_the_models_yes_probability(llm_fp32):
         prompt = tokenizer.decode(token_ids)
         p_yes = 0.9 if "Paris is the capital" in prompt else 0.2
         completion = CompletionOutput(
-            0, "", [yes], "length", logprobs=[{yes: math.log(p_yes), no: math.log(1 - p_yes)}]
+            0,
+            "",
+            [yes],
+            "length",
+            logprobs=[{yes: Logprob(math.log(p_yes), 1), no: Logprob(math.log(1 - p_yes), 2)}],
         )
         yield RequestOutput(
             "r", None, token_ids, [completion], True, 0, RequestMetrics(0, *[None] * 3)
         )
 
-    ranked = asyncio.run(reranker.rerank("What is the capital of France?", chunks, generate))
+    ranked = asyncio.run(rerank(reranker, "What is the capital of France?", chunks, generate))
     assert [c.chunk_id for c in ranked] == ["c1", "c0"]
     assert ranked[0].score == 0.9 and abs(ranked[1].score - 0.2) < 1e-9
     # Each judge prompt carries a passage, so its KV blocks are salted by the passage's readers.
@@ -62,6 +66,6 @@ def test_cross_encoder_reranker_loads_a_folder_and_orders_by_its_scores(tmp_path
     expected = CrossEncoder(str(tmp_path), device="cpu").predict(
         [("question?", c.text) for c in chunks]
     )
-    ranked = asyncio.run(CrossEncoderReranker(tmp_path).rerank("question?", chunks, None))
+    ranked = asyncio.run(rerank(CrossEncoderReranker(tmp_path), "question?", chunks, None))
     assert [c.score for c in ranked] == sorted((float(s) for s in expected), reverse=True)
     assert {c.chunk_id for c in ranked} == {"c0", "c1", "c2"}
