@@ -72,8 +72,13 @@ class Store(Protocol):
         filter may not read it (the two are indistinguishable on purpose)."""
         ...
 
-    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
-        """Every document of the filter's tenant it may read, ordered by doc_id."""
+    def list_documents(
+        self, access: AccessFilter, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentRecord]:
+        """The documents of the filter's tenant it may read, ordered by doc_id: those after
+        the doc_id `after` when given, at most limit. Paging by the last doc_id seen is
+        stable under concurrent writes: a document that exists throughout is listed once,
+        and the filter is applied inside the query, so no page depends on what it hides."""
         ...
 
     def document_chunks(self, access: AccessFilter, doc_id: str) -> list[ScoredChunk]:

@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -33,6 +33,9 @@ from ragserve.server.state import ServerState
 from ragserve.serving.documents import DocumentService
 
 # An id, optionally in a namespace: "<user>~<id>" (see scoped_doc_id).
+# Documents per page of GET /v1/documents: by default, and at most.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
 DOC_ID_PATTERN = r"^([A-Za-z0-9._@-]{1,64}~)?[A-Za-z0-9._:-]{1,128}$"
 
 
@@ -178,11 +181,22 @@ async def add_document(
 
 @router.get("/v1/documents", response_model=None, responses=json_body(DocumentList))
 async def list_documents(
-    who: Principal = Depends(principal), state: ServerState = Depends(server_state)
+    limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE),
+    after: str | None = Query(None, description="The last id of the previous page."),
+    who: Principal = Depends(principal),
+    state: ServerState = Depends(server_state),
 ) -> dict:
-    documents = await run_in_threadpool(state.documents.visible, who)
+    """The documents the caller may read, by id, a page at a time (OpenAI's list shape: the
+    next page is ?after=<last_id> while has_more)."""
+    documents, more = await run_in_threadpool(state.documents.page, who, after, limit)
     access = access_for(who)
-    return {"object": "list", "data": [document_json(d, access) for d in documents]}
+    return {
+        "object": "list",
+        "data": [document_json(d, access) for d in documents],
+        "first_id": documents[0].doc_id if documents else None,
+        "last_id": documents[-1].doc_id if documents else None,
+        "has_more": more,
+    }
 
 
 @router.get("/v1/documents/{doc_id}", response_model=None, responses=json_body(Document))

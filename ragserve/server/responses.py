@@ -221,6 +221,9 @@ class AclChanged(Body):
 class DocumentList(Body):
     object: Literal["list"]
     data: list[Document]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
 
 
 class Deleted(Body):

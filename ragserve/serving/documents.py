@@ -68,6 +68,14 @@ class DocumentService:
         """Every document the caller may read."""
         return self.index.store.list_documents(access_for(who))
 
+    def page(
+        self, who: Principal, after: str | None, limit: int
+    ) -> tuple[list[DocumentRecord], bool]:
+        """Up to limit of the documents the caller may read, by id, after the id `after`; and
+        whether more follow."""
+        found = self.index.store.list_documents(access_for(who), after, limit + 1)
+        return found[:limit], len(found) > limit
+
     def get(self, who: Principal, doc_id: str) -> DocumentRecord:
         document = self.index.store.get_document(access_for(who), doc_id)
         if document is None:

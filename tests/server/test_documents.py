@@ -442,3 +442,29 @@ def test_a_delete_during_a_reingest_wins(server, keys, monkeypatch):
         call(server, "GET", f"/v1/documents/{first.json()['id']}", keys["writer"]).status_code
         == 404
     )
+
+
+def test_the_list_comes_in_pages_of_what_the_caller_may_read(server, keys):
+    for n in range(5):
+        body = {"text": f"Page test note {n}.", "doc_id": f"page-note-{n}", "acl": {}}
+        if n % 2:
+            body["acl"] = {"groups": ["eng"]}
+        assert call(server, "POST", "/v1/documents", keys["writer"], json=body).status_code == 201
+    whole = call(server, "GET", "/v1/documents?limit=1000", keys["eng"]).json()
+    assert set(whole) == {"object", "data", "first_id", "last_id", "has_more"}
+    assert whole["has_more"] is False
+    ids = [d["id"] for d in whole["data"]]
+    paged, after = [], None
+    while True:
+        query = "?limit=2" + (f"&after={after}" if after else "")
+        page = call(server, "GET", "/v1/documents" + query, keys["eng"]).json()
+        paged += [d["id"] for d in page["data"]]
+        assert page["last_id"] == (page["data"][-1]["id"] if page["data"] else None)
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    assert paged == ids and ids == sorted(ids)
+    assert "wendy~page-note-1" in ids and "wendy~page-note-0" not in ids
+    for limit in (0, 1001, "x"):
+        response = call(server, "GET", f"/v1/documents?limit={limit}", keys["eng"])
+        assert response.status_code == 400 and "limit" in response.text

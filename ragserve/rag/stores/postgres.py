@@ -190,16 +190,24 @@ class PostgresStore(SqlStore):
         ).fetchall()
         return [AuditEntry.from_row(row) for row in rows]
 
-    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
+    def _documents(
+        self,
+        access: AccessFilter,
+        doc_id: str | None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[DocumentRecord]:
         where = ACL_CONDITION + (" AND d.doc_id = %(doc_id)s" if doc_id else "")
+        where += " AND d.doc_id > %(after)s" if after is not None else ""
         rows = self._db.execute(
             f"SELECT {DOCUMENT_SELECT},"
             " (SELECT COUNT(*) FROM rs_chunks c WHERE c.tenant = d.tenant"
             "  AND c.doc_id = d.doc_id AND c.version = d.version),"
             " (SELECT json_agg(json_build_array(a.kind, a.name, a.permission)) FROM rs_doc_acl a"
             "  WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id)"
-            f" FROM rs_documents d WHERE {where} ORDER BY d.doc_id",
-            {"doc_id": doc_id, **access_params(access)},
+            f" FROM rs_documents d WHERE {where} ORDER BY d.doc_id"
+            + (" LIMIT %(limit)s" if limit is not None else ""),
+            {"doc_id": doc_id, "after": after, "limit": limit, **access_params(access)},
         ).fetchall()
         documents = []
         for row in rows:

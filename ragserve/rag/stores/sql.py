@@ -71,8 +71,15 @@ class SqlStore(ABC):
         """Newest first, of one tenant or all (None), older than before; limit checked."""
 
     @abstractmethod
-    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
-        """The documents the filter admits (one, or all when doc_id is None), with ACLs."""
+    def _documents(
+        self,
+        access: AccessFilter,
+        doc_id: str | None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[DocumentRecord]:
+        """The documents the filter admits, with ACLs, by doc_id: one (doc_id), or those after
+        `after` (all when None), at most limit (all when None)."""
 
     # The protocol's methods, the same for every backend.
 
@@ -180,9 +187,11 @@ class SqlStore(ABC):
             found = self._documents(access, doc_id)
         return found[0] if found else None
 
-    def list_documents(self, access: AccessFilter) -> list[DocumentRecord]:
+    def list_documents(
+        self, access: AccessFilter, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentRecord]:
         with self._transaction():
-            return self._documents(access, None)
+            return self._documents(access, None, after, limit)
 
     def _check_writer(
         self, writer: AccessFilter, document: DocumentRecord, old_version: int, replaces: bool

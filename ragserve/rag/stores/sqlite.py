@@ -216,14 +216,22 @@ class SqliteStore(SqlStore):
     def _audit(self, tenant: str | None, before: float | None, limit: int) -> list[AuditEntry]:
         return read_sqlite(self._db, tenant, before, limit)
 
-    def _documents(self, access: AccessFilter, doc_id: str | None) -> list[DocumentRecord]:
-        where = f"{ACL_CONDITION}" + (" AND d.doc_id = :doc_id" if doc_id else "")
+    def _documents(
+        self,
+        access: AccessFilter,
+        doc_id: str | None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[DocumentRecord]:
+        where = ACL_CONDITION + (" AND d.doc_id = :doc_id" if doc_id else "")
+        where += " AND d.doc_id > :after" if after is not None else ""
         rows = self._db.execute(
             f"SELECT {DOCUMENT_SELECT},"
             " (SELECT COUNT(*) FROM chunks c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id"
             "  AND c.version = d.version)"
-            f" FROM documents d WHERE {where} ORDER BY d.doc_id",
-            {"doc_id": doc_id, **access_params(access)},
+            f" FROM documents d WHERE {where} ORDER BY d.doc_id"
+            + (" LIMIT :limit" if limit is not None else ""),
+            {"doc_id": doc_id, "after": after, "limit": limit, **access_params(access)},
         ).fetchall()
         documents = []
         for row in rows:

@@ -42,7 +42,16 @@ function renderDocuments() {
 
 export async function loadDocuments() {
   try {
-    documents = (await api("/v1/documents")).data;
+    // Page by page (the list is paged by id); the filter below works on the whole list.
+    const all = [];
+    let after = null;
+    do {
+      const query = after === null ? "" : `&after=${encodeURIComponent(after)}`;
+      const page = await api(`/v1/documents?limit=1000${query}`);
+      all.push(...page.data);
+      after = page.has_more ? page.last_id : null;
+    } while (after !== null);
+    documents = all;
     renderDocuments();
   } catch (error) {
     $("#doc-count").textContent = `Cannot list documents: ${error.message}`;
