@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     datamark: bool = True
     reranker: str | None = None
     # Documents one POST /v1/rerank or /v1/score may send (the LLM reranker runs a prompt each).
+    # OTLP/HTTP endpoint (e.g. http://collector:4318/v1/traces) that receives one trace per
+    # request; none: no tracing at all.
+    otlp_traces_endpoint: str | None = None
     max_rerank_documents: int = Field(64, ge=1, le=1000)
     # Scale-out on Ray Serve (`pip install ragserve[ray]`), used when replicas > 1 or a
     # ray_address is set (otherwise one process, no Ray): engine replicas behind api_replicas

@@ -147,6 +147,10 @@ class AnswerService:
                 )
         result.query = query
         result.timings = timings | result.timings | {"total_ms": _ms(started, time.perf_counter())}
+        steps = [("retrieve", started, retrieved), ("evidence", reranked, selected)]
+        if reranked > retrieved and self.reranker is not None:
+            steps.insert(1, ("rerank", retrieved, reranked))
+        result.steps = steps + result.steps
         yield AnswerEvent(result.answer, result)
 
     def _refused(
@@ -196,6 +200,7 @@ class AnswerService:
             self.builder.build, question, [s.as_source() for s in evidence], schema
         )
         text, token_ids, first_token, cached_tokens = "", [], None, 0
+        generating = time.perf_counter()
         # Batch-invariant, so that a question gets the same answer cold or cached, alone or in
         # a busy batch.
         params = SamplingParams(
@@ -224,6 +229,7 @@ class AnswerService:
             "total_tokens": len(prompt.token_ids) + len(token_ids),
             "prompt_tokens_details": {"cached_tokens": cached_tokens},
         }
+        result.steps = [("generate", generating, generated), ("check", generated, checked)]
         result.timings = {
             "prompt_tokens": len(prompt.token_ids),
             "ttft_ms": _ms(started, first_token or generated),

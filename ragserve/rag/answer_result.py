@@ -40,6 +40,9 @@ class AnswerResult:
     related: list[Citation] = field(default_factory=list)
     # The standalone query retrieval ran on (the question itself unless it was a follow-up).
     query: str = ""
+    # When each step of the answer path ran: (name, start, end) in time.perf_counter()
+    # seconds; the server's traces are made of them.
+    steps: list[tuple[str, float, float]] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:

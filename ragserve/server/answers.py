@@ -9,19 +9,20 @@ This module holds the routes and the serving (limits, the response cache, the en
 request and response bodies are in answer_protocol, as vLLM keeps its protocol apart.
 """
 
+import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ragserve.access import Principal, access_for
 from ragserve.engine.cache_salt import Narrowing
-from ragserve.engine.client import Generate, generator
+from ragserve.engine.client import Generate, OutputStream, generator
 from ragserve.engine.errors import EngineDeadError, EngineError, InvalidRequestError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
@@ -37,19 +38,23 @@ from ragserve.server.errors import APIError, from_engine, invalid
 from ragserve.server.protocol import ChatCompletionRequest, Usage, error_responses, new_id
 from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
+from ragserve.server.tracing import RequestTrace, answer_attributes
 
 
-def engine_generate(state: ServerState, who: Principal, request_id: str) -> Generate:
+def engine_generate(
+    state: ServerState, who: Principal, request_id: str, trace: RequestTrace | None = None
+) -> Generate:
     """Generation on the served model for this principal (engine.client.generator), its
-    finished requests counted in the metrics and the engine's refusals as HTTP errors. One
-    answer may run several prompts (a reranker's, then the answer's)."""
-    generate = generator(
-        state.engine,
-        who.account,
-        who.tenant,
-        request_id,
-        lambda output, stream: state.metrics.observe_finished(output, stream.token_times),
-    )
+    finished requests counted in the metrics (and kept for the request's trace) and the
+    engine's refusals as HTTP errors. One answer may run several prompts (a reranker's, then
+    the answer's)."""
+
+    def finished(output: RequestOutput, stream: OutputStream) -> None:
+        state.metrics.observe_finished(output, stream.token_times)
+        if trace is not None:
+            trace.engine_outputs.append(output)
+
+    generate = generator(state.engine, who.account, who.tenant, request_id, finished)
 
     async def refusing_as_http(
         token_ids: list[int], params: SamplingParams, narrowing: Narrowing = ()
@@ -72,11 +77,42 @@ async def answer_events(
     schema: str | None = None,
     style: str | None = None,
     history: Sequence[str] = (),
+    scope: MutableMapping[str, Any] | None = None,
 ) -> AsyncIterator[AnswerEvent]:
     """Run the answer path under the caller's limits, with the response cache in front.
     schema: the JSON schema (as JSON text) of a schema answer. style: the answer style (None:
-    the server's). history: the conversation's earlier user turns, oldest first."""
-    history = list(history)
+    the server's). history: the conversation's earlier user turns, oldest first. scope: the
+    HTTP request's, whose trace this answer records (when tracing is on)."""
+    scope = scope or {}
+    arrived, trace = state.tracing.begin(scope)
+    result, error = None, None
+    try:
+        async for event in _answer_events(
+            state, who, question, top_k, kind, schema, style, list(history), trace
+        ):
+            result = event.result or result
+            yield event
+    except APIError as refused:
+        error = refused.message
+        raise
+    finally:
+        if trace is not None:
+            attributes = answer_attributes(who, state.model_id, result)
+            name = f"{scope.get('method', 'POST')} {scope.get('path', kind)}"
+            state.tracing.record(name, arrived, trace, attributes, error)
+
+
+async def _answer_events(
+    state: ServerState,
+    who: Principal,
+    question: str,
+    top_k: int | None,
+    kind: str,
+    schema: str | None,
+    style: str | None,
+    history: list[str],
+    trace: RequestTrace | None,
+) -> AsyncIterator[AnswerEvent]:
     if schema is not None:
         # Checked first: a refusal for want of evidence must not hide a bad schema.
         try:
@@ -92,23 +128,27 @@ async def answer_events(
         "top_k": top_k,
         "schema": schema,
     }
-    key, cached = await _cached_answer(state, who, request)
+    with trace.step("permission_filter") if trace is not None else contextlib.nullcontext():
+        access = access_for(who)
+        key, cached = await _cached_answer(state, who, request)
     if cached is not None:
         # The replay's own time, not the stored answer's.
         timings = {"total_ms": round((time.perf_counter() - started) * 1000, 1)}
-        yield AnswerEvent(cached.answer, replace(cached, timings=timings))
+        yield AnswerEvent(cached.answer, replace(cached, timings=timings, steps=[]))
         return
     await acquire(state, who, (len(question) + sum(len(turn) for turn in history)) // 4)
     completion_tokens = 0
     try:
-        generate = engine_generate(state, who, new_id(kind))
+        generate = engine_generate(state, who, new_id(kind), trace)
         answers = state.rag.answers.answer(
-            access_for(who), question, generate, top_k, schema, style=style, history=history
+            access, question, generate, top_k, schema, style=style, history=history
         )
         async for event in answers:
             if event.result is not None:
                 completion_tokens = event.result.usage.get("completion_tokens", 0)
                 cache_store(state, key, event.result)
+                if trace is not None:
+                    trace.add_steps(event.result.steps)
             yield event
     except PromptTooLong as error:
         param = "response_format" if schema is not None else "messages" if history else "question"
@@ -167,13 +207,15 @@ router = APIRouter(responses=error_responses(400, 401, 429, 503))
 @router.post("/v1/answers", responses=json_or_events(AnswerResponse))
 async def answers(
     body: AnswerRequest,
+    request: Request,
     who: Principal = Depends(principal),
     state: ServerState = Depends(server_state),
 ) -> Response:
     question, history = body.turn()
+    schema, style = body.schema(), body.answer_style
     events = await _started(
         answer_events(
-            state, who, question, body.top_k, "ans", body.schema(), body.answer_style, history
+            state, who, question, body.top_k, "ans", schema, style, history, request.scope
         )
     )
     if not body.stream:
@@ -237,7 +279,7 @@ class RagChat:
 
 
 async def rag_chat_completion(
-    state: ServerState, who: Principal, body: ChatCompletionRequest
+    state: ServerState, who: Principal, body: ChatCompletionRequest, request: Request
 ) -> Response:
     """A chat completion whose content is a cited answer; citations ride in extra fields.
     With a schema (response_format) the content is the JSON answer, and a refusal is the
@@ -245,7 +287,15 @@ async def rag_chat_completion(
     chat = RagChat.of(body, state.model_id)
     events = await _started(
         answer_events(
-            state, who, chat.question, None, "chatcmpl", chat.schema, chat.style, chat.history
+            state,
+            who,
+            chat.question,
+            None,
+            "chatcmpl",
+            chat.schema,
+            chat.style,
+            chat.history,
+            request.scope,
         )
     )
     reply = Reply(state.rag_model_id, body, new_id("chatcmpl"), chat=True, echo=None)

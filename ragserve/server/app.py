@@ -1,7 +1,7 @@
 """The FastAPI application: the factory (server state from the composition root), the engine's
-lifespan, the error handlers, one router per API family (system, completions, embeddings,
-answers, documents, audit), and the web page at /. Every refusal is an OpenAI-style error body
-with the matching status.
+lifespan, the error handlers, one router per API family (system, completions, tokenize,
+embeddings, rerank, answers, documents, audit), and the web page at /. Every refusal is an
+OpenAI-style error body with the matching status.
 """
 
 import contextlib
@@ -39,6 +39,7 @@ from ragserve.server.metrics import ServerMetrics
 from ragserve.server.protocol import ERROR_STATUSES
 from ragserve.server.response_cache import ResponseCache
 from ragserve.server.state import ServedModel, ServerState
+from ragserve.server.tracing import Tracing
 from ragserve.server.web import mount_web
 from ragserve.services import RagServices, build_engine
 from ragserve.serving.errors import ServiceError
@@ -63,6 +64,7 @@ def build_app(
         for engine in state.engines:
             engine.shutdown()
         state.rag.store.close()
+        state.tracing.shutdown()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
@@ -127,6 +129,7 @@ def build_state(
         template_version=default.template_version,
         rag=rag,
         rerankers=rerankers,
+        tracing=Tracing.to(settings.otlp_traces_endpoint),
         also_served=also_served,
     )
 

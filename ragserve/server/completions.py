@@ -9,7 +9,9 @@ engine request; the later ones reuse the prompt's KV blocks through the prefix c
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -86,7 +88,7 @@ async def chat_completions(
     if body.model == state.rag_model_id:
         # answer_style, an extension of the +rag model: quote, generate or auto.
         ignored = ignored_fields(state, body, RAG_EXTENSIONS)
-        response = await rag_chat_completion(state, who, body)
+        response = await rag_chat_completion(state, who, body, request)
         return tell_ignored(response, ignored)
     ignored = ignored_fields(state, body)
     tools = ToolUse.of(body.tools, body.tool_choice)
@@ -223,10 +225,12 @@ async def complete(
         }
         key, cached = cache_lookup(state, parts)
     if cached is not None:
+        traced(state, request.scope, who, served.id, None, 0.0)
         if body.stream:
             return StreamingResponse(reply.replay(cached), media_type="text/event-stream")
         return JSONResponse(reply.json(cached))
     await acquire(state, who, len(token_ids))
+    generating = time.perf_counter()
     try:
         stream = await served.engine.add_request(
             token_ids, params, reply.request_id, who.account, who.tenant, body.priority
@@ -235,6 +239,7 @@ async def complete(
         release(state, who, 0)
         raise from_engine(error) from error
     finish = _finisher(state, who, stream, key, reply)
+    finish = traced(state, request.scope, who, served.id, finish, generating) or finish
     if body.stream:
         return StreamingResponse(reply.stream(stream, finish), media_type="text/event-stream")
     output = None
@@ -247,6 +252,40 @@ async def complete(
     if output is None:  # the client left; nobody reads this
         return Response(status_code=499)
     return JSONResponse(reply.json(completion_of(output, tools, reply.logprobs)))
+
+
+Finish = Callable[[RequestOutput | None], None]
+
+
+def traced(
+    state: ServerState,
+    scope: MutableMapping[str, Any],
+    who: Principal,
+    model: str,
+    finish: Finish | None,
+    generating: float,
+) -> Finish | None:
+    """finish, also recording the request's trace when tracing is on (its generate step from
+    `generating`, a perf_counter reading); with no finish (a cached reply), the trace is
+    recorded at once."""
+    arrived, trace = state.tracing.begin(scope)
+    if trace is None:
+        return finish
+    name = f"{scope.get('method', 'POST')} {scope.get('path', '')}"
+    attributes = {"ragserve.tenant": who.tenant, "gen_ai.request.model": model}
+    if finish is None:
+        state.tracing.record(name, arrived, trace, attributes | {"ragserve.cached": True})
+        return None
+    untraced = finish
+
+    def traced_finish(output: RequestOutput | None) -> None:
+        untraced(output)
+        trace.steps.append(("generate", generating, time.perf_counter()))
+        trace.engine_outputs += [output] if output is not None else []
+        error = None if output is not None and output.finished else "abandoned"
+        state.tracing.record(name, arrived, trace, attributes, error)
+
+    return traced_finish
 
 
 def _finisher(

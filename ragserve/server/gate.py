@@ -10,6 +10,7 @@ refusal, a route that needed none of it) closes the connection instead of readin
 Refusals are 401s, 429s, 413s and (check_json_body) 400s, in the API's error shape.
 """
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from ragserve.server.bodies import BodyProblem, check_json_body
 from ragserve.server.dependencies import PRINCIPAL_SCOPE_KEY, authenticate
 from ragserve.server.errors import APIError, Rejection, invalid
 from ragserve.server.state import ServerState
+from ragserve.server.tracing import ARRIVED_SCOPE_KEY, AUTH_STEP_SCOPE_KEY
 
 WITH_BODY = {"POST", "PUT", "PATCH"}
 # vLLM and Cohere put some keyed routes outside /v1/: /tokenize, /detokenize, /v2/rerank.
@@ -145,6 +147,7 @@ class RequestGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[ARRIVED_SCOPE_KEY] = time.perf_counter()
         headers = Headers(scope=scope)
         caps = self.caps.get(scope["path"], self.default)
         multipart = is_multipart(headers)
@@ -153,7 +156,9 @@ class RequestGate:
         if scope["path"].startswith(KEYED_PREFIXES):
             client = scope["client"][0] if scope.get("client") else "unknown"
             try:
+                checking = time.perf_counter()
                 scope[PRINCIPAL_SCOPE_KEY] = authenticate(self.state, headers, client)
+                scope[AUTH_STEP_SCOPE_KEY] = ("auth", checking, time.perf_counter())
             except APIError as error:
                 await passage.refuse(error)
                 return

@@ -11,6 +11,7 @@ from ragserve.server.errors import APIError
 from ragserve.server.limits import AuthThrottle, DemandLimiter
 from ragserve.server.metrics import ServerMetrics
 from ragserve.server.response_cache import ResponseCache
+from ragserve.server.tracing import Tracing
 from ragserve.services import RagServices
 from ragserve.serving.documents import DocumentService
 from ragserve.settings import Settings
@@ -62,6 +63,8 @@ class ServerState:
     # What /v1/rerank and /v1/score serve, by model id: the served model as a judge, and the
     # CrossEncoder folder when the reranker setting names one.
     rerankers: dict[str, Reranker] = field(default_factory=dict)
+    # One trace per request, exported when otlp_traces_endpoint is set.
+    tracing: Tracing = field(default_factory=lambda: Tracing(None))
     # Models served beside `model_id` (setting also_serve), by id; the RAG path uses model_id's.
     also_served: dict[str, ServedModel] = field(default_factory=dict)
     # Unknown request field names already logged (each is logged once).

@@ -85,7 +85,7 @@ async def connected() -> bool:
     return False
 
 
-REQUEST = SimpleNamespace(is_disconnected=connected)
+REQUEST = SimpleNamespace(is_disconnected=connected, scope={})
 
 
 async def body_of(response) -> str:
