@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     datamark: bool = True
     reranker: str | None = None
     # Documents one POST /v1/rerank or /v1/score may send (the LLM reranker runs a prompt each).
+    # The query history (answers with their feedback, for the tenant's administrators): kept
+    # this many days (0: nothing is recorded); askers as a keyed hash unless
+    # history_identities.
+    history_retention_days: float = Field(30, ge=0)
+    history_identities: bool = False
     # OTLP/HTTP endpoint (e.g. http://collector:4318/v1/traces) that receives one trace per
     # request; none: no tracing at all.
     otlp_traces_endpoint: str | None = None

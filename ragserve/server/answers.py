@@ -1,4 +1,5 @@
-"""Cited answers over HTTP: POST /v1/answers, and chat completions to the "<model>+rag" model.
+"""Cited answers over HTTP: POST /v1/answers, and the answer path it shares with chat
+completions to the "<model>+rag" model (rag_chat.py).
 
 The access filter comes from the authenticated key, never from the request body. A follow-up
 question carries the conversation's earlier user turns (history); the answer service rewrites it
@@ -13,7 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,14 +29,14 @@ from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint, checked_grammar
 from ragserve.rag.answer import AnswerEvent, AnswerResult
-from ragserve.rag.answer_result import answer_json, citations_json
+from ragserve.rag.answer_result import answer_json
 from ragserve.rag.prompt import TEMPLATE_VERSION, PromptTooLong
-from ragserve.server.answer_protocol import ANSWER_STYLES, MAX_HISTORY, AnswerRequest
+from ragserve.server.answer_protocol import AnswerRequest
 from ragserve.server.cache_and_limits import acquire, cache_lookup, cache_store, release
-from ragserve.server.completion_reply import Choice, Completion, Reply
 from ragserve.server.dependencies import principal, server_state
 from ragserve.server.errors import APIError, from_engine, invalid
-from ragserve.server.protocol import ChatCompletionRequest, Usage, error_responses, new_id
+from ragserve.server.history import remember
+from ragserve.server.protocol import error_responses, new_id
 from ragserve.server.responses import AnswerResponse, json_or_events
 from ragserve.server.state import ServerState
 from ragserve.server.tracing import RequestTrace, answer_attributes
@@ -73,22 +74,23 @@ async def answer_events(
     who: Principal,
     question: str,
     top_k: int | None,
-    kind: str,
+    answer_id: str,
     schema: str | None = None,
     style: str | None = None,
     history: Sequence[str] = (),
     scope: MutableMapping[str, Any] | None = None,
 ) -> AsyncIterator[AnswerEvent]:
-    """Run the answer path under the caller's limits, with the response cache in front.
-    schema: the JSON schema (as JSON text) of a schema answer. style: the answer style (None:
-    the server's). history: the conversation's earlier user turns, oldest first. scope: the
-    HTTP request's, whose trace this answer records (when tracing is on)."""
+    """Run the answer path under the caller's limits, with the response cache in front; the
+    answer, known by answer_id, goes into the query history. schema: the JSON schema (as JSON
+    text) of a schema answer. style: the answer style (None: the server's). history: the
+    conversation's earlier user turns, oldest first. scope: the HTTP request's, whose trace
+    this answer records (when tracing is on)."""
     scope = scope or {}
     arrived, trace = state.tracing.begin(scope)
     result, error = None, None
     try:
         async for event in _answer_events(
-            state, who, question, top_k, kind, schema, style, list(history), trace
+            state, who, question, top_k, answer_id, schema, style, list(history), trace
         ):
             result = event.result or result
             yield event
@@ -96,9 +98,11 @@ async def answer_events(
         error = refused.message
         raise
     finally:
+        if result is not None and error is None:
+            remember(state, who, answer_id, question, history, result, arrived)
         if trace is not None:
             attributes = answer_attributes(who, state.model_id, result)
-            name = f"{scope.get('method', 'POST')} {scope.get('path', kind)}"
+            name = f"{scope.get('method', 'POST')} {scope.get('path', '')}"
             state.tracing.record(name, arrived, trace, attributes, error)
 
 
@@ -107,7 +111,7 @@ async def _answer_events(
     who: Principal,
     question: str,
     top_k: int | None,
-    kind: str,
+    answer_id: str,
     schema: str | None,
     style: str | None,
     history: list[str],
@@ -139,7 +143,7 @@ async def _answer_events(
     await acquire(state, who, (len(question) + sum(len(turn) for turn in history)) // 4)
     completion_tokens = 0
     try:
-        generate = engine_generate(state, who, new_id(kind), trace)
+        generate = engine_generate(state, who, answer_id, trace)
         answers = state.rag.answers.answer(
             access, question, generate, top_k, schema, style=style, history=history
         )
@@ -177,7 +181,7 @@ async def _cached_answer(
     return cache_lookup(state, parts)
 
 
-async def _started(events: AsyncIterator[AnswerEvent]) -> AsyncGenerator[AnswerEvent, None]:
+async def started(events: AsyncIterator[AnswerEvent]) -> AsyncGenerator[AnswerEvent, None]:
     """The events, with the first already awaited: the answer starts before the response goes
     out, so a refusal by limit or a bad request gets its own status."""
     first = await anext(events)
@@ -193,7 +197,7 @@ async def _started(events: AsyncIterator[AnswerEvent]) -> AsyncGenerator[AnswerE
     return chained()
 
 
-async def _final(events: AsyncIterator[AnswerEvent]) -> AnswerResult:
+async def final(events: AsyncIterator[AnswerEvent]) -> AnswerResult:
     result = None
     async for event in events:
         result = event.result or result
@@ -212,133 +216,31 @@ async def answers(
     state: ServerState = Depends(server_state),
 ) -> Response:
     question, history = body.turn()
-    schema, style = body.schema(), body.answer_style
-    events = await _started(
+    schema, style, answer_id = body.schema(), body.answer_style, new_id("ans")
+    events = await started(
         answer_events(
-            state, who, question, body.top_k, "ans", schema, style, history, request.scope
+            state, who, question, body.top_k, answer_id, schema, style, history, request.scope
         )
     )
     if not body.stream:
-        return JSONResponse(answer_json(await _final(events)))
-    return StreamingResponse(_answer_sse(events), media_type="text/event-stream")
+        return JSONResponse({"id": answer_id, **answer_json(await final(events))})
+    return StreamingResponse(_answer_sse(events, answer_id), media_type="text/event-stream")
 
 
-async def _answer_sse(events: AsyncGenerator[AnswerEvent, None]) -> AsyncIterator[str]:
-    """The checked text as one token event, then the answer with its citations (a draft is
-    never streamed before its check)."""
+async def _answer_sse(
+    events: AsyncGenerator[AnswerEvent, None], answer_id: str
+) -> AsyncIterator[str]:
+    """The checked text as one token event, then the answer with its id and citations (a
+    draft is never streamed before its check)."""
     try:
         async for item in events:
             if item.text:
                 yield f"data: {json.dumps({'type': 'token', 'text': item.text})}\n\n"
             if item.result is not None:
-                yield f"data: {json.dumps({'type': 'answer', **answer_json(item.result)})}\n\n"
+                answer = {"type": "answer", "id": answer_id, **answer_json(item.result)}
+                yield f"data: {json.dumps(answer)}\n\n"
         yield "data: [DONE]\n\n"
     except APIError as error:
         yield f"data: {json.dumps({'type': 'error', 'message': error.message})}\n\n"
     finally:
         await events.aclose()
-
-
-@dataclass(frozen=True)
-class RagChat:
-    """A chat request to the +rag model, read as a question for the answer path."""
-
-    question: str
-    history: list[str]
-    style: str | None
-    schema: str | None
-
-    @classmethod
-    def of(cls, body: ChatCompletionRequest, model_id: str) -> "RagChat":
-        """The last user message as the question, the earlier user messages as its history
-        (assistant turns quote evidence the caller may no longer read, so they take no part
-        in retrieval); a 400 for what a cited answer cannot be."""
-        questions = [m.text() for m in body.messages if m.role == "user"]
-        if not questions or not questions[-1].strip():
-            raise invalid("a RAG chat needs a user message", "invalid_messages")
-        style = (body.model_extra or {}).get("answer_style")
-        if style is not None and style not in ANSWER_STYLES:
-            message = f"answer_style must be one of {', '.join(ANSWER_STYLES)}, not {style!r}"
-            raise invalid(message, "invalid_parameter", param="answer_style")
-        if body.n != 1:
-            message = "the +rag model gives one cited answer: n must be 1"
-            raise invalid(message, "invalid_parameter", param="n")
-        if body.tools:
-            message = f"the +rag model does not call tools; use {model_id!r}"
-            raise invalid(message, "invalid_parameter", param="tools")
-        constraint = body.output_constraint()
-        if constraint is not None and constraint.kind != "json":
-            message = (
-                "the +rag model answers in text or JSON (response_format) with citations; "
-                f"for regex, choice or grammar output use {model_id!r}"
-            )
-            raise invalid(message, "invalid_parameter", param="structured_outputs")
-        history = [q for q in questions[:-1] if q.strip()][-MAX_HISTORY:]
-        schema = None if constraint is None else constraint.spec
-        return cls(questions[-1], history, style, schema)
-
-
-async def rag_chat_completion(
-    state: ServerState, who: Principal, body: ChatCompletionRequest, request: Request
-) -> Response:
-    """A chat completion whose content is a cited answer; citations ride in extra fields.
-    With a schema (response_format) the content is the JSON answer, and a refusal is the
-    message's refusal, as OpenAI's structured outputs give it."""
-    chat = RagChat.of(body, state.model_id)
-    events = await _started(
-        answer_events(
-            state,
-            who,
-            chat.question,
-            None,
-            "chatcmpl",
-            chat.schema,
-            chat.style,
-            chat.history,
-            request.scope,
-        )
-    )
-    reply = Reply(state.rag_model_id, body, new_id("chatcmpl"), chat=True, echo=None)
-    if not body.stream:
-        result = await _final(events)
-        fields = _rag_fields(result) | {"field_citations": result.field_citations}
-        return JSONResponse(reply.json(_completion(result, chat.schema)) | fields)
-
-    async def sse() -> AsyncIterator[str]:
-        try:
-            for opening in reply.openings(1):
-                yield opening
-            async for event in events:
-                if event.result is None:
-                    continue
-                # The checked answer, not the raw tokens: unsupported markers are gone.
-                content = _content(event.result, chat.schema)
-                yield reply.event([reply.delta(0, content, None)])
-                yield reply.event([reply.delta(0, {}, "stop")], extra=_rag_fields(event.result))
-            yield "data: [DONE]\n\n"
-        finally:
-            await events.aclose()
-
-    return StreamingResponse(sse(), media_type="text/event-stream")
-
-
-def _completion(result: AnswerResult, schema: str | None) -> Completion:
-    """An answer as a chat completion's one choice; a refused schema answer is a refusal."""
-    usage = Usage.model_validate(result.usage or {"prompt_tokens": 0, "total_tokens": 0})
-    if schema is not None and result.refused:
-        return Completion([Choice("", "stop", refusal=result.answer)], usage)
-    return Completion([Choice(result.answer, "stop")], usage)
-
-
-def _rag_fields(result: AnswerResult) -> dict[str, Any]:
-    return {
-        "citations": citations_json(result.citations),
-        "mode": result.mode,
-        "refused": result.refused,
-    }
-
-
-def _content(result: AnswerResult, schema: str | None) -> dict[str, str | None]:
-    if schema is not None and result.refused:
-        return {"content": None, "refusal": result.answer}
-    return {"content": result.answer}

@@ -1,6 +1,6 @@
 """The FastAPI application: the factory (server state from the composition root), the engine's
 lifespan, the error handlers, one router per API family (system, completions, tokenize,
-embeddings, rerank, answers, documents, audit), and the web page at /. Every refusal is an
+embeddings, rerank, answers, history, documents, audit), and the web page at /. Every refusal is an
 OpenAI-style error body with the matching status.
 """
 
@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragserve.engine.async_engine import AsyncEngine
 from ragserve.engine.client import EngineClient
+from ragserve.history import QueryHistory
 from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.rerank import LLMReranker, Reranker
@@ -28,6 +29,7 @@ from ragserve.server import (
     completions,
     documents,
     embeddings,
+    history,
     rerank,
     system,
     tokenize,
@@ -65,6 +67,8 @@ def build_app(
             engine.shutdown()
         state.rag.store.close()
         state.tracing.shutdown()
+        if state.history is not None:
+            state.history.close()
 
     app = FastAPI(title="ragserve", lifespan=lifespan)
     app.state.ragserve = state
@@ -83,6 +87,7 @@ def build_app(
         embeddings.router,
         rerank.router,
         answers.router,
+        history.router,
         documents.router,
         audit.router,
     ):
@@ -130,6 +135,11 @@ def build_state(
         rag=rag,
         rerankers=rerankers,
         tracing=Tracing.to(settings.otlp_traces_endpoint),
+        history=QueryHistory(
+            settings.data_dir / "history.sqlite",
+            settings.history_retention_days,
+            settings.history_identities,
+        ),
         also_served=also_served,
     )
 

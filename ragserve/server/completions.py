@@ -24,7 +24,6 @@ from ragserve.engine.errors import EngineDeadError, EngineError
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
-from ragserve.server.answers import rag_chat_completion
 from ragserve.server.cache_and_limits import acquire, cache_lookup, cache_store, release
 from ragserve.server.completion_reply import Reply, completion_of, usage_of
 from ragserve.server.dependencies import principal, server_state
@@ -39,6 +38,7 @@ from ragserve.server.protocol import (
     error_responses,
     new_id,
 )
+from ragserve.server.rag_chat import rag_chat_completion
 from ragserve.server.responses import ChatCompletionResponse, CompletionResponse, json_or_events
 from ragserve.server.state import ServedModel, ServerState
 from ragserve.server.tool_calls import ToolUse

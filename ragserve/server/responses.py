@@ -168,6 +168,8 @@ class AnswerRefusal(Body):
 
 
 class AnswerResponse(Body):
+    # What POST /v1/answers/{id}/feedback rates.
+    id: str
     answer: str
     mode: Literal["generated", "extractive", "refused"]
     refused: bool

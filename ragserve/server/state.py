@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragserve.engine.client import EngineClient
+from ragserve.history import QueryHistory
 from ragserve.keys import KeyStore
 from ragserve.rag.rerank import Reranker
 from ragserve.server.errors import APIError
@@ -63,6 +64,8 @@ class ServerState:
     # What /v1/rerank and /v1/score serve, by model id: the served model as a judge, and the
     # CrossEncoder folder when the reranker setting names one.
     rerankers: dict[str, Reranker] = field(default_factory=dict)
+    # Answers given and their feedback (None: not kept).
+    history: QueryHistory | None = None
     # One trace per request, exported when otlp_traces_endpoint is set.
     tracing: Tracing = field(default_factory=lambda: Tracing(None))
     # Models served beside `model_id` (setting also_serve), by id; the RAG path uses model_id's.
