@@ -89,6 +89,7 @@ def seen(live: LiveServer, key: str) -> list[object]:
         assert search.status_code == answer.status_code == 200, search.text + answer.text
         body = answer.json()
         body.pop("timings")
+        body.pop("id")  # each answer given has its own
         body["usage"].pop("prompt_tokens_details", None)
         seen += [search.json(), body]
     # Searches first, then answers: zip pairs each with its question.
