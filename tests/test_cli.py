@@ -255,3 +255,46 @@ def test_the_command_line_starts_without_the_engine():
 
     assert LLM.__name__ == "LLM" and RequestOutput.__name__ == "RequestOutput"
     assert SamplingParams(max_tokens=4).max_tokens == 4
+
+
+def test_sync_commands_follow_a_folder(tmp_path):
+    folder = tmp_path / "share"
+    (folder / "hr").mkdir(parents=True)
+    (folder / "bees.md").write_text("# Bees\n\nBees make honey from nectar.\n")
+    (folder / "hr" / "pay.txt").write_text("Pay rises in April.\n")
+    rules = tmp_path / "acl.json"
+    rules.write_text(json.dumps({"rules": [{"path": "hr/*", "groups": ["hr"]}]}))
+    data = ["--data-dir", str(tmp_path / "data")]
+    added = run(
+        "sync",
+        "add",
+        "share",
+        "--folder",
+        str(folder),
+        "--group",
+        "staff",
+        "--acl-map",
+        str(rules),
+        "--every",
+        "10m",
+        *data,
+    )
+    assert added.returncode == 0, added.stdout
+    assert run("sync", "add", "share", "--folder", str(folder), *data).returncode == 2
+    assert (
+        run("sync", "add", "x", "--folder", str(folder), "--every", "soon", *data).returncode == 2
+    )
+    first = json.loads(run("sync", "run", "share", *data, "--json").stdout)
+    assert (first["added"], first["failed"]) == (2, [])
+    (folder / "bees.md").unlink()
+    second = json.loads(run("sync", "run", "share", *data, "--json").stdout)
+    assert (second["deleted"], second["unchanged"]) == (1, 1)
+    listed = json.loads(run("sync", "list", *data, "--json").stdout)
+    assert listed[0]["every_s"] == 600 and listed[0]["last_report"]["deleted"] == 1
+    documents = json.loads(run("docs", "list", *data, "--json").stdout)
+    assert [(d["source"], d["acl"]["groups"]) for d in documents] == [
+        ("hr/pay.txt", {"hr": "read"})
+    ]
+    assert run("sync", "run", "nope", *data).returncode == 2
+    assert run("sync", "remove", "share", *data).returncode == 0
+    assert json.loads(run("sync", "list", *data, "--json").stdout) == []

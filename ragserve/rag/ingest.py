@@ -37,6 +37,8 @@ class IngestResult:
     embedded: int = 0
     reused: int = 0
     error: str | None = None
+    # Left as stored: the same text and ACL (ingest_many's skip_unchanged).
+    unchanged: bool = False
 
     @property
     def ok(self) -> bool:
@@ -103,11 +105,13 @@ class Ingestor:
         progress: Callable[[IngestResult], None] | None = None,
         writer: AccessFilter | None = None,
         replaces: bool = False,
+        skip_unchanged: bool = False,
     ) -> list[IngestResult]:
-        """Ingest in batches: the chunks of a batch's documents are embedded together."""
+        """Ingest in batches: the chunks of a batch's documents are embedded together. With
+        skip_unchanged, a stored document with the same text and ACL is not written again."""
         results = []
         for batch in _batches(items, EMBED_BATCH_DOCUMENTS):
-            prepared = [self._prepare(item, tenant, owner, acl) for item in batch]
+            prepared = [self._prepare(item, tenant, owner, acl, skip_unchanged) for item in batch]
             self._embed_missing([p for p in prepared if isinstance(p, _Prepared)])
             for entry in prepared:
                 result = (
@@ -121,7 +125,12 @@ class Ingestor:
         return results
 
     def _prepare(
-        self, item: SourceDocument, tenant: str, owner: str, acl: Acl | None
+        self,
+        item: SourceDocument,
+        tenant: str,
+        owner: str,
+        acl: Acl | None,
+        skip_unchanged: bool = False,
     ) -> "_Prepared | IngestResult":
         if item.error is not None:
             return IngestResult(item.source, error=item.error)
@@ -139,6 +148,8 @@ class Ingestor:
             if problem := unstorable(value):
                 return IngestResult(item.source, error=f"{item.source}: the {what} has {problem}")
         doc_id = item.doc_id or default_doc_id(tenant, owner, item.source)
+        if skip_unchanged and (same := self._stored_as(tenant, doc_id, parsed.text, acl)):
+            return IngestResult(item.source, doc_id, same.version, same.num_chunks, unchanged=True)
         spans = self.chunker.split(parsed)
         document = DocumentRecord(
             doc_id=doc_id,
@@ -153,6 +164,15 @@ class Ingestor:
         )
         known = self.store.chunk_embeddings(tenant, doc_id)
         return _Prepared(document, spans, [content_hash(s.text) for s in spans], known)
+
+    def _stored_as(
+        self, tenant: str, doc_id: str, text: str, acl: Acl | None
+    ) -> DocumentRecord | None:
+        """The stored document when it has this text and ACL (None keeps any ACL)."""
+        stored = self.store.get_document(AccessFilter(tenant, "ingest", everything=True), doc_id)
+        if stored is None or stored.content_hash != content_hash(text):
+            return None
+        return stored if acl is None or stored.acl == acl else None
 
     def _embed_missing(self, prepared: list["_Prepared"]) -> None:
         texts: dict[str, str] = {}

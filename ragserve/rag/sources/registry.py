@@ -1,0 +1,125 @@
+"""The sources a data folder follows, and what each sync last saw of each file, in
+`data_dir/sources.sqlite`.
+
+What a file was at its last sync (modified time, size, the ACL digest it got) only saves work:
+the store stays the truth of what is indexed. A sync that dies between writing a document and
+recording it here reads the file again next time; a document whose record was never written
+is found by its id's source prefix.
+"""
+
+import json
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragserve.rag.sources.acl_map import AclMap
+from ragserve.sqlite_db import connect, transaction
+
+SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class SourceError(ValueError):
+    pass
+
+
+@dataclass
+class SourceConfig:
+    name: str
+    folder: str
+    tenant: str = "default"
+    owner: str = "admin"
+    acl_map: dict[str, Any] = field(default_factory=lambda: AclMap.from_json({}).to_json())
+    include: list[str] = field(default_factory=lambda: ["*"])
+    exclude: list[str] = field(default_factory=list)
+    # Seconds between syncs when the server runs them; None: only on request.
+    every_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not SOURCE_NAME.fullmatch(self.name):
+            raise SourceError(
+                f"a source name is 1-64 letters, digits, '.', '_' or '-': {self.name!r}"
+            )
+
+    @property
+    def doc_id_prefix(self) -> str:
+        return f"source:{self.name}:"
+
+
+@dataclass(frozen=True)
+class FileState:
+    doc_id: str
+    modified_ns: int
+    size: int
+    acl_digest: str
+
+
+class SourceRegistry:
+    def __init__(self, path: Path) -> None:
+        self._db = connect(path)
+        self._lock = threading.Lock()
+        self._db.executescript(
+            """CREATE TABLE IF NOT EXISTS sources (
+                name TEXT PRIMARY KEY, config TEXT NOT NULL, last_report TEXT);
+            CREATE TABLE IF NOT EXISTS files (
+                source TEXT NOT NULL, path TEXT NOT NULL, doc_id TEXT NOT NULL,
+                modified_ns INTEGER NOT NULL, size INTEGER NOT NULL, acl_digest TEXT NOT NULL,
+                PRIMARY KEY (source, path));"""
+        )
+
+    def add(self, config: SourceConfig) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            if db.execute("SELECT 1 FROM sources WHERE name = ?", (config.name,)).fetchone():
+                raise SourceError(f"a source named {config.name!r} exists")
+            db.execute(
+                "INSERT INTO sources (name, config) VALUES (?, ?)",
+                (config.name, json.dumps(asdict(config))),
+            )
+
+    def get(self, name: str) -> SourceConfig:
+        with transaction(self._db, self._lock, write=False) as db:
+            row = db.execute("SELECT config FROM sources WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise SourceError(f"no source named {name!r}")
+        return SourceConfig(**json.loads(row[0]))
+
+    def all(self) -> list[tuple[SourceConfig, dict[str, Any] | None]]:
+        """Every source with its last sync's report (None before the first)."""
+        with transaction(self._db, self._lock, write=False) as db:
+            rows = db.execute("SELECT config, last_report FROM sources ORDER BY name").fetchall()
+        return [(SourceConfig(**json.loads(c)), json.loads(r) if r else None) for c, r in rows]
+
+    def remove(self, name: str) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            if not db.execute("DELETE FROM sources WHERE name = ?", (name,)).rowcount:
+                raise SourceError(f"no source named {name!r}")
+            db.execute("DELETE FROM files WHERE source = ?", (name,))
+
+    def files(self, source: str) -> dict[str, FileState]:
+        with transaction(self._db, self._lock, write=False) as db:
+            rows = db.execute(
+                "SELECT path, doc_id, modified_ns, size, acl_digest FROM files WHERE source = ?",
+                (source,),
+            ).fetchall()
+        return {row[0]: FileState(*row[1:]) for row in rows}
+
+    def saw(self, source: str, path: str, state: FileState) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)",
+                (source, path, state.doc_id, state.modified_ns, state.size, state.acl_digest),
+            )
+
+    def forget(self, source: str, path: str) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            db.execute("DELETE FROM files WHERE source = ? AND path = ?", (source, path))
+
+    def report(self, source: str, report: dict[str, Any]) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            db.execute(
+                "UPDATE sources SET last_report = ? WHERE name = ?", (json.dumps(report), source)
+            )
+
+    def close(self) -> None:
+        self._db.close()
