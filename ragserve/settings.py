@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     datamark: bool = True
     reranker: str | None = None
     # Documents one POST /v1/rerank or /v1/score may send (the LLM reranker runs a prompt each).
+    # Folders an administrator may make a source of over HTTP (POST /v1/sources) lie under
+    # this one; none: sources are added from the command line only (`ragserve sync add`).
+    source_folders_root: Path | None = None
+    # How often the server looks for sources whose sync interval (--every) has passed.
+    source_check_interval_s: float = Field(30, gt=0)
     # The query history (answers with their feedback, for the tenant's administrators): kept
     # this many days (0: nothing is recorded); askers as a keyed hash unless
     # history_identities.

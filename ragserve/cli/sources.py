@@ -11,7 +11,13 @@ from rich.table import Table
 
 from ragserve.cli.common import console
 from ragserve.cli.documents import GrantOption, GroupGrantOption, _acl
-from ragserve.cli.options import ConfigOption, DataDirOption, JsonOption, StoreOption
+from ragserve.cli.options import (
+    ConfigOption,
+    DataDirOption,
+    JsonOption,
+    StoreOption,
+    TenantOption,
+)
 from ragserve.rag.sources.acl_map import AclMap, AclMapError
 from ragserve.rag.sources.registry import SourceConfig, SourceError, SourceRegistry
 
@@ -62,7 +68,7 @@ def sync_add(
         list[str] | None, typer.Option(help="A path glob to skip; repeatable.")
     ] = None,
     every: Annotated[str | None, typer.Option(help="Sync interval when serving, e.g. 10m.")] = None,
-    tenant: str = "default",
+    tenant: TenantOption = "default",
     owner: Annotated[str, typer.Option(help="The documents' owner (always may read).")] = "admin",
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
@@ -95,6 +101,7 @@ def sync_add(
 @sync_app.command("run")
 def sync_run(
     name: Annotated[str, typer.Argument(help="The source to sync.")],
+    tenant: TenantOption = "default",
     store: StoreOption = None,
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
@@ -108,7 +115,7 @@ def sync_run(
     settings = _settings(data_dir, config, store)
     registry = SourceRegistry(settings.data_dir / "sources.sqlite")
     try:
-        source = registry.get(name)
+        source = registry.get(tenant, name)
     except SourceError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
@@ -145,7 +152,7 @@ def sync_run(
 def sync_list(
     data_dir: DataDirOption = None, config: ConfigOption = None, as_json: JsonOption = False
 ) -> None:
-    """The sources, with their last sync's report."""
+    """Every tenant's sources, with their last sync's report."""
     from dataclasses import asdict
 
     sources = _registry(data_dir, config).all()
@@ -168,13 +175,14 @@ def sync_list(
 @sync_app.command("remove")
 def sync_remove(
     name: Annotated[str, typer.Argument(help="The source to stop following.")],
+    tenant: TenantOption = "default",
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Stop following a source; its documents stay in the index (delete them with `docs
     delete`, or empty the folder and sync before removing)."""
     try:
-        _registry(data_dir, config).remove(name)
+        _registry(data_dir, config).remove(tenant, name)
     except SourceError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None

@@ -1,11 +1,14 @@
 """The FastAPI application: the factory (server state from the composition root), the engine's
 lifespan, the error handlers, one router per API family (system, completions, tokenize,
-embeddings, rerank, answers, history, documents, audit), and the web page at /. Every refusal is an
-OpenAI-style error body with the matching status.
+embeddings, rerank, answers, history, documents, sources, audit), the schedule of source
+syncs, and the web page at /. Every refusal is an OpenAI-style error body with the matching
+status.
 """
 
+import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
@@ -23,6 +26,7 @@ from ragserve.history import QueryHistory
 from ragserve.keys import KeyStore
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.rerank import LLMReranker, Reranker
+from ragserve.rag.sources.registry import SourceRegistry
 from ragserve.server import (
     answers,
     audit,
@@ -31,6 +35,7 @@ from ragserve.server import (
     embeddings,
     history,
     rerank,
+    sources,
     system,
     tokenize,
 )
@@ -45,7 +50,10 @@ from ragserve.server.tracing import Tracing
 from ragserve.server.web import mount_web
 from ragserve.services import RagServices, build_engine
 from ragserve.serving.errors import ServiceError
+from ragserve.serving.sources import SourceService
 from ragserve.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 def build_app(
@@ -62,7 +70,9 @@ def build_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for engine in state.engines:
             engine.start()
+        schedule = asyncio.create_task(sync_when_due(state))
         yield
+        schedule.cancel()
         for engine in state.engines:
             engine.shutdown()
         state.rag.store.close()
@@ -89,12 +99,27 @@ def build_app(
         answers.router,
         history.router,
         documents.router,
+        sources.router,
         audit.router,
     ):
         app.include_router(router)
     mount_web(app)
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+async def sync_when_due(state: ServerState) -> None:
+    """Sync the sources whose interval has passed, one at a time, checking every
+    source_check_interval_s; a failed sync is logged and tried again at its next turn."""
+    while True:
+        await asyncio.sleep(state.settings.source_check_interval_s)
+        if state.sources is None:
+            continue
+        for config in await asyncio.to_thread(state.sources.due):
+            try:
+                await asyncio.to_thread(state.sources.run, config)
+            except Exception:  # one source's failure must not stop the others' syncs
+                logger.exception("sync of source %r failed", config.name)
 
 
 def build_state(
@@ -135,6 +160,11 @@ def build_state(
         rag=rag,
         rerankers=rerankers,
         tracing=Tracing.to(settings.otlp_traces_endpoint),
+        sources=SourceService(
+            rag.index,
+            SourceRegistry(settings.data_dir / "sources.sqlite"),
+            settings.source_folders_root,
+        ),
         history=QueryHistory(
             settings.data_dir / "history.sqlite",
             settings.history_retention_days,

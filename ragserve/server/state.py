@@ -15,6 +15,7 @@ from ragserve.server.response_cache import ResponseCache
 from ragserve.server.tracing import Tracing
 from ragserve.services import RagServices
 from ragserve.serving.documents import DocumentService
+from ragserve.serving.sources import SourceService
 from ragserve.settings import Settings
 
 
@@ -64,6 +65,8 @@ class ServerState:
     # What /v1/rerank and /v1/score serve, by model id: the served model as a judge, and the
     # CrossEncoder folder when the reranker setting names one.
     rerankers: dict[str, Reranker] = field(default_factory=dict)
+    # Folders the index follows (the CLI's `ragserve sync` and /v1/sources).
+    sources: SourceService | None = None
     # Answers given and their feedback (None: not kept).
     history: QueryHistory | None = None
     # One trace per request, exported when otlp_traces_endpoint is set.

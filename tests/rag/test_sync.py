@@ -109,7 +109,7 @@ def test_documents_a_dead_sync_left_unrecorded_are_still_deleted(syncing, folder
     sync, config, store = syncing
     sync.run(config)
     # As if the process died after writing note5's document but before recording it.
-    sync.registry.forget(config.name, "notes/note5.md")
+    sync.registry.forget(config, "notes/note5.md")
     (folder / "notes" / "note5.md").unlink()
     report = sync.run(config)
     assert report.deleted == 1

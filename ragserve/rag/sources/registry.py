@@ -10,7 +10,7 @@ is found by its id's source prefix.
 import json
 import re
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,64 +61,79 @@ class SourceRegistry:
         self._lock = threading.Lock()
         self._db.executescript(
             """CREATE TABLE IF NOT EXISTS sources (
-                name TEXT PRIMARY KEY, config TEXT NOT NULL, last_report TEXT);
+                tenant TEXT NOT NULL, name TEXT NOT NULL, config TEXT NOT NULL,
+                last_report TEXT, PRIMARY KEY (tenant, name));
             CREATE TABLE IF NOT EXISTS files (
-                source TEXT NOT NULL, path TEXT NOT NULL, doc_id TEXT NOT NULL,
-                modified_ns INTEGER NOT NULL, size INTEGER NOT NULL, acl_digest TEXT NOT NULL,
-                PRIMARY KEY (source, path));"""
+                tenant TEXT NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
+                doc_id TEXT NOT NULL, modified_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+                acl_digest TEXT NOT NULL, PRIMARY KEY (tenant, source, path));"""
         )
 
     def add(self, config: SourceConfig) -> None:
         with transaction(self._db, self._lock, write=True) as db:
-            if db.execute("SELECT 1 FROM sources WHERE name = ?", (config.name,)).fetchone():
+            key = (config.tenant, config.name)
+            if db.execute("SELECT 1 FROM sources WHERE tenant = ? AND name = ?", key).fetchone():
                 raise SourceError(f"a source named {config.name!r} exists")
             db.execute(
-                "INSERT INTO sources (name, config) VALUES (?, ?)",
-                (config.name, json.dumps(asdict(config))),
+                "INSERT INTO sources (tenant, name, config) VALUES (?, ?, ?)",
+                (*key, json.dumps(asdict(config))),
             )
 
-    def get(self, name: str) -> SourceConfig:
+    def get(self, tenant: str, name: str) -> SourceConfig:
         with transaction(self._db, self._lock, write=False) as db:
-            row = db.execute("SELECT config FROM sources WHERE name = ?", (name,)).fetchone()
+            row = db.execute(
+                "SELECT config FROM sources WHERE tenant = ? AND name = ?", (tenant, name)
+            ).fetchone()
         if row is None:
             raise SourceError(f"no source named {name!r}")
         return SourceConfig(**json.loads(row[0]))
 
-    def all(self) -> list[tuple[SourceConfig, dict[str, Any] | None]]:
-        """Every source with its last sync's report (None before the first)."""
-        with transaction(self._db, self._lock, write=False) as db:
-            rows = db.execute("SELECT config, last_report FROM sources ORDER BY name").fetchall()
-        return [(SourceConfig(**json.loads(c)), json.loads(r) if r else None) for c, r in rows]
-
-    def remove(self, name: str) -> None:
-        with transaction(self._db, self._lock, write=True) as db:
-            if not db.execute("DELETE FROM sources WHERE name = ?", (name,)).rowcount:
-                raise SourceError(f"no source named {name!r}")
-            db.execute("DELETE FROM files WHERE source = ?", (name,))
-
-    def files(self, source: str) -> dict[str, FileState]:
+    def all(self, tenant: str | None = None) -> list[tuple[SourceConfig, dict[str, Any] | None]]:
+        """The tenant's sources (every tenant's: None) with their last sync's report (None
+        before the first)."""
         with transaction(self._db, self._lock, write=False) as db:
             rows = db.execute(
-                "SELECT path, doc_id, modified_ns, size, acl_digest FROM files WHERE source = ?",
-                (source,),
+                "SELECT config, last_report FROM sources WHERE tenant = coalesce(?, tenant)"
+                " ORDER BY tenant, name",
+                (tenant,),
+            ).fetchall()
+        return [(SourceConfig(**json.loads(c)), json.loads(r) if r else None) for c, r in rows]
+
+    def remove(self, tenant: str, name: str) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            key = (tenant, name)
+            if not db.execute("DELETE FROM sources WHERE tenant = ? AND name = ?", key).rowcount:
+                raise SourceError(f"no source named {name!r}")
+            db.execute("DELETE FROM files WHERE tenant = ? AND source = ?", key)
+
+    def files(self, config: SourceConfig) -> dict[str, FileState]:
+        with transaction(self._db, self._lock, write=False) as db:
+            rows = db.execute(
+                "SELECT path, doc_id, modified_ns, size, acl_digest FROM files"
+                " WHERE tenant = ? AND source = ?",
+                (config.tenant, config.name),
             ).fetchall()
         return {row[0]: FileState(*row[1:]) for row in rows}
 
-    def saw(self, source: str, path: str, state: FileState) -> None:
+    def saw(self, config: SourceConfig, path: str, state: FileState) -> None:
         with transaction(self._db, self._lock, write=True) as db:
             db.execute(
-                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?)",
-                (source, path, state.doc_id, state.modified_ns, state.size, state.acl_digest),
+                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (config.tenant, config.name, path, *astuple(state)),
             )
 
-    def forget(self, source: str, path: str) -> None:
-        with transaction(self._db, self._lock, write=True) as db:
-            db.execute("DELETE FROM files WHERE source = ? AND path = ?", (source, path))
-
-    def report(self, source: str, report: dict[str, Any]) -> None:
+    def forget(self, config: SourceConfig, path: str) -> None:
         with transaction(self._db, self._lock, write=True) as db:
             db.execute(
-                "UPDATE sources SET last_report = ? WHERE name = ?", (json.dumps(report), source)
+                "DELETE FROM files WHERE tenant = ? AND source = ? AND path = ?",
+                (config.tenant, config.name, path),
+            )
+
+    def report(self, config: SourceConfig, report: dict[str, Any]) -> None:
+        with transaction(self._db, self._lock, write=True) as db:
+            db.execute(
+                "UPDATE sources SET last_report = ? WHERE tenant = ? AND name = ?",
+                (json.dumps(report), config.tenant, config.name),
             )
 
     def close(self) -> None:

@@ -69,7 +69,7 @@ class SourceSync:
                 Path(config.folder), tuple(config.include), tuple(config.exclude)
             ).files()
         }
-        seen = self.registry.files(config.name)
+        seen = self.registry.files(config)
         stored = {
             d.doc_id
             for d in self.store.list_documents(operator)
@@ -84,7 +84,7 @@ class SourceSync:
             if state is not None and doc_id in stored and _same_stat(state, file):
                 if state.acl_digest != digest:
                     self.store.set_acl(operator, doc_id, acl)
-                    self.registry.saw(config.name, path, _state(doc_id, file, digest))
+                    self.registry.saw(config, path, _state(doc_id, file, digest))
                     report.repermissioned += 1
                 else:
                     report.unchanged += 1
@@ -97,7 +97,7 @@ class SourceSync:
             for (file, doc_id), result in zip(group, results, strict=True):
                 self._count(report, result, doc_id in stored)
                 if result.ok:
-                    self.registry.saw(config.name, file.path, _state(doc_id, file, digest))
+                    self.registry.saw(config, file.path, _state(doc_id, file, digest))
                 done += 1
                 if progress is not None:
                     progress(done, len(files))
@@ -106,10 +106,10 @@ class SourceSync:
             self.store.delete_document(operator, doc_id)
             report.deleted += 1
         for path in seen.keys() - files.keys():
-            self.registry.forget(config.name, path)
+            self.registry.forget(config, path)
         report.seconds = round(time.perf_counter() - started, 3)
         report.finished_at = time.time()
-        self.registry.report(config.name, report.as_json())
+        self.registry.report(config, report.as_json())
         return report
 
     def _ingest(

@@ -1,0 +1,91 @@
+"""Sources for the HTTP routes and the server's own schedule: a tenant's administrators list,
+add, sync and remove the tenant's sources; a folder added over HTTP must lie under the
+source_folders_root setting (a tenant's administrator is not the server's operator, so may not
+make the server read any folder it can)."""
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ragserve.access import Principal, Role
+from ragserve.rag.sources.registry import SourceConfig, SourceError, SourceRegistry
+from ragserve.rag.sources.sync import SourceSync, SyncReport
+from ragserve.services import DocumentIndex
+from ragserve.serving.errors import Conflict, Forbidden, Invalid, NotFound
+
+
+class SourceService:
+    """Blocking calls (a sync parses and embeds): an async caller runs them on a worker
+    thread. Syncs run one at a time."""
+
+    def __init__(
+        self, index: DocumentIndex, registry: SourceRegistry, folders_root: Path | None
+    ) -> None:
+        self.registry = registry
+        self.folders_root = folders_root.resolve() if folders_root else None
+        self._sync = SourceSync(index.store, index.ingestor, registry)
+        self._one_at_a_time = threading.Lock()
+
+    def listed(self, who: Principal) -> list[tuple[SourceConfig, dict[str, Any] | None]]:
+        _require_admin(who)
+        return self.registry.all(who.tenant)
+
+    def add(self, who: Principal, config: SourceConfig) -> SourceConfig:
+        _require_admin(who)
+        if self.folders_root is None:
+            raise Forbidden(
+                "sources are added from the command line here (`ragserve sync add`); set "
+                "source_folders_root to allow folders under it",
+                "sources_disabled",
+            )
+        folder = Path(config.folder)
+        resolved = (self.folders_root / folder).resolve()
+        if not resolved.is_relative_to(self.folders_root):
+            raise Invalid(
+                f"folder {config.folder!r} is outside source_folders_root", "folder_outside_root"
+            )
+        config.folder, config.tenant, config.owner = str(resolved), who.tenant, who.account
+        try:
+            self.registry.add(config)
+        except SourceError as error:
+            raise Conflict(str(error), "source_exists") from error
+        return config
+
+    def sync(self, who: Principal, name: str) -> SyncReport:
+        _require_admin(who)
+        return self.run(self._get(who, name))
+
+    def remove(self, who: Principal, name: str) -> None:
+        _require_admin(who)
+        self._get(who, name)
+        self.registry.remove(who.tenant, name)
+
+    def run(self, config: SourceConfig) -> SyncReport:
+        with self._one_at_a_time:
+            try:
+                return self._sync.run(config)
+            except FileNotFoundError as error:
+                raise Invalid(f"{error}; nothing was changed", "source_folder_missing") from error
+
+    def due(self, now: float | None = None) -> list[SourceConfig]:
+        """Sources whose interval has passed since their last sync (never synced: due)."""
+        now = time.time() if now is None else now
+        return [
+            config
+            for config, report in self.registry.all()
+            if config.every_s and (report is None or report["finished_at"] + config.every_s <= now)
+        ]
+
+    def _get(self, who: Principal, name: str) -> SourceConfig:
+        try:
+            return self.registry.get(who.tenant, name)
+        except SourceError as error:
+            raise NotFound(str(error), "source_not_found") from error
+
+
+def _require_admin(who: Principal) -> None:
+    if who.role is not Role.ADMIN:
+        raise Forbidden(
+            f"sources are for administrators; this key's role is {who.role.value}", "forbidden"
+        )
