@@ -16,7 +16,7 @@ from ragserve.cli.options import (
     OutOption,
     QuestionsOption,
 )
-from ragserve.cli.reliability import crash, races
+from ragserve.cli.reliability import crash, races, sync_crash
 from ragserve.engine.client import generator
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of retrieval, answers and safety.")
@@ -307,6 +307,7 @@ COMMANDS = (
     ("safety", safety),
     ("calibrate", calibrate),
     ("crash", crash),
+    ("sync-crash", sync_crash),
     ("races", races),
 )
 for name, command in COMMANDS:

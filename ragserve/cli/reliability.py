@@ -1,7 +1,7 @@
-"""The reliability harnesses' commands: `ragserve eval crash|races` (kill -9 during ingestion,
-concurrent writers and readers), `ragserve bench soak` (overload held for minutes) and
-`ragserve bench cache-oracle` (a prefix-cache side channel). Each but the oracle exits 1 when
-its check fails."""
+"""The reliability harnesses' commands: `ragserve eval crash|sync-crash|races` (kill -9 during
+ingestion, kill -9 during source syncs, concurrent writers and readers), `ragserve bench soak`
+(overload held for minutes) and `ragserve bench cache-oracle` (a prefix-cache side channel).
+Each but the oracle exits 1 when its check fails."""
 
 from pathlib import Path
 from typing import Annotated
@@ -70,6 +70,40 @@ def crash(
     meta = run_metadata(kills=kills, documents=documents, max_delay_s=max_delay, seed=seed)
     paths = harness.write(report, out, meta)
     show_report(report.as_json(), harness.to_markdown(report, meta), paths, as_json)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def sync_crash(
+    store: ScratchStoreOption = None,
+    pgserver_dir: PgserverOption = None,
+    rounds: Annotated[int, typer.Option(help="Syncs to kill.", min=1)] = 20,
+    files: Annotated[int, typer.Option(help="Files in the folder at first.", min=1)] = 300,
+    seed: int = 0,
+    config: ConfigOption = None,
+    out: OutOption = Path("reports/eval"),
+    as_json: JsonReportOption = False,
+) -> None:
+    """Kill -9 a syncing process at random moments while the folder changes (edits, deletes,
+    additions, ACL-map changes); after a last sync the index must equal a clean sync of the
+    final folder. Exits 1 if it does not."""
+    import tempfile
+
+    from ragserve.reliability import sync_crash as harness
+    from ragserve.reports import run_metadata
+
+    settings = load_settings(config)
+    with tempfile.TemporaryDirectory() as folder:
+        overrides = {
+            "data_dir": Path(folder) / "data",
+            "store": scratch_store(store, pgserver_dir),
+        }
+        settings = settings.model_copy(update=overrides)
+        with err_console.status("syncing and killing") as status:
+            report = harness.run(settings, Path(folder), rounds, files, seed, status.update)
+    meta = run_metadata(rounds=rounds, files=files, seed=seed)
+    paths = harness.write(report, out, meta)
+    show_report(report.as_json(), harness.to_markdown(report), paths, as_json)
     if not report.passed:
         raise typer.Exit(1)
 
