@@ -295,6 +295,10 @@ def test_sync_commands_follow_a_folder(tmp_path):
     assert [(d["source"], d["acl"]["groups"]) for d in documents] == [
         ("hr/pay.txt", {"hr": "read"})
     ]
+    rules.write_text(json.dumps({"rules": [{"path": "hr/*", "groups": ["hr", "board"]}]}))
+    assert run("sync", "set", "share", "--acl-map", str(rules), *data).returncode == 0
+    third = json.loads(run("sync", "run", "share", *data, "--json").stdout)
+    assert (third["repermissioned"], third["embedded_chunks"]) == (1, 0)
     assert run("sync", "run", "nope", *data).returncode == 2
     assert run("sync", "remove", "share", *data).returncode == 0
     assert json.loads(run("sync", "list", *data, "--json").stdout) == []

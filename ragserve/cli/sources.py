@@ -98,6 +98,33 @@ def sync_add(
     console.print(f"source {name!r} follows {source.folder}; `ragserve sync run {name}` syncs it")
 
 
+@sync_app.command("set")
+def sync_set(
+    name: Annotated[str, typer.Argument(help="The source to change.")],
+    acl_map: Annotated[
+        Path | None, typer.Option(help="A new ACL map (JSON): applied at the next sync.")
+    ] = None,
+    every: Annotated[str | None, typer.Option(help="A new sync interval, e.g. 10m.")] = None,
+    tenant: TenantOption = "default",
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Change a source's ACL map or interval; the next sync re-permissions the documents whose
+    ACL changed without reading their files again."""
+    registry = _registry(data_dir, config)
+    try:
+        source = registry.get(tenant, name)
+        if acl_map is not None:
+            source.acl_map = AclMap.load(acl_map).to_json()
+        if every is not None:
+            source.every_s = interval_s(every)
+        registry.update(source)
+    except (AclMapError, SourceError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    console.print(f"source {name!r} changed; `ragserve sync run {name}` applies it")
+
+
 @sync_app.command("run")
 def sync_run(
     name: Annotated[str, typer.Argument(help="The source to sync.")],

@@ -85,9 +85,8 @@ def run(
             next_n += 1
         if round_ % 5 == 4:
             rules["rules"][0]["groups"] = [f"t{round_}"]
-            registry.remove(crashed.tenant, crashed.name)
             crashed.acl_map = AclMap.from_json(rules).to_json()
-            registry.add(crashed)
+            registry.update(crashed)
     if not _sync(settings, crashed):
         report.problems.append("the last sync did not finish")
     clean = SourceConfig("clean", str(folder), "clean", "admin", crashed.acl_map)

@@ -79,6 +79,17 @@ class SourceRegistry:
                 (*key, json.dumps(asdict(config))),
             )
 
+    def update(self, config: SourceConfig) -> None:
+        """Change a source's settings (its ACL map, globs, interval); what its files were at
+        the last sync is kept, so an ACL-map change costs a re-permission, not a re-read."""
+        with transaction(self._db, self._lock, write=True) as db:
+            changed = db.execute(
+                "UPDATE sources SET config = ? WHERE tenant = ? AND name = ?",
+                (json.dumps(asdict(config)), config.tenant, config.name),
+            ).rowcount
+        if not changed:
+            raise SourceError(f"no source named {config.name!r}")
+
     def get(self, tenant: str, name: str) -> SourceConfig:
         with transaction(self._db, self._lock, write=False) as db:
             row = db.execute(
