@@ -233,8 +233,12 @@ class Reply:
                 for choice in output.outputs:
                     piece = choice.text[sent[choice.index] :]
                     sent[choice.index] = len(choice.text)
-                    logprobs = self.logprobs(output, choice, sent_tokens[choice.index])
+                    before = sent_tokens[choice.index]
                     sent_tokens[choice.index] = len(choice.logprobs or [])
+                    # Every new token's log-probabilities go out now, even when the text of
+                    # the token is held back (a possible stop string): nothing is sent twice.
+                    new = sent_tokens[choice.index] > before
+                    logprobs = self.logprobs(output, choice, before) if new else None
                     if echo_pending[choice.index] and not self.chat:
                         piece = self.echo + piece
                         echo_pending[choice.index] = False
@@ -247,7 +251,7 @@ class Reply:
                                 [self.delta(choice.index, delta, finish, logprobs)], usage
                             )
                             logprobs = None
-                    elif piece or done:
+                    elif piece or done or logprobs is not None:
                         yield self.event(
                             [
                                 self._choice(

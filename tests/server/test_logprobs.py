@@ -54,10 +54,13 @@ def test_chat_logprobs_parse_in_the_sdk(client):
     assert plain.choices[0].logprobs is None
 
 
-def test_top_logprobs_stream(client):
+@pytest.mark.parametrize("stop", [None, [" and the end of it"]])
+def test_top_logprobs_stream(client, stop):
+    """Every token's entry once, also while a possible stop string holds its text back."""
     stream = client.chat.completions.create(
         model=MODEL,
         messages=MESSAGES,
+        stop=stop,
         max_tokens=12,
         temperature=0.7,
         seed=5,
