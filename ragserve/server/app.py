@@ -138,6 +138,9 @@ def build_state(
         served = ServedModel.of(AsyncEngine(build_engine(other)), Path(name).name)
         also_served[served.id] = served
     rag = RagServices.build(settings, engine, embedder)
+    sources = SourceRegistry(settings.data_dir / "sources.sqlite")
+    metrics = ServerMetrics(engine)
+    metrics.watch_sources(sources)
     rerankers: dict[str, Reranker] = {default.id: LLMReranker(engine.tokenizer)}
     if settings.reranker and rag.answers.reranker is not None and settings.reranker != "llm":
         rerankers[Path(settings.reranker).name] = rag.answers.reranker
@@ -150,7 +153,7 @@ def build_state(
             settings.max_concurrent_requests_per_user, settings.tokens_per_minute_per_user
         ),
         auth_throttle=AuthThrottle(settings.auth_failures_per_minute),
-        metrics=ServerMetrics(engine),
+        metrics=metrics,
         cache=ResponseCache(settings.response_cache_ttl_s, settings.response_cache_max_entries)
         if settings.response_cache
         else None,
@@ -160,11 +163,7 @@ def build_state(
         rag=rag,
         rerankers=rerankers,
         tracing=Tracing.to(settings.otlp_traces_endpoint),
-        sources=SourceService(
-            rag.index,
-            SourceRegistry(settings.data_dir / "sources.sqlite"),
-            settings.source_folders_root,
-        ),
+        sources=SourceService(rag.index, sources, settings.source_folders_root),
         history=QueryHistory(
             settings.data_dir / "history.sqlite",
             settings.history_retention_days,

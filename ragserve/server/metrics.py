@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from ragserve.engine.client import EngineClient
 from ragserve.engine.outputs import RequestOutput
+from ragserve.rag.sources.registry import SourceRegistry
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 ITL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
@@ -86,6 +87,43 @@ class EngineCollector(Collector):
 # The status page's percentiles cover this much of the recent past, and at most so many requests.
 RECENT_WINDOW_S = 300.0
 RECENT_MAX_REQUESTS = 2000
+
+
+# What a source's last sync did, per file outcome, as gauges read from the registry at scrape.
+SYNC_OUTCOMES = ("added", "changed", "deleted", "unchanged", "repermissioned")
+
+
+class SourceCollector(Collector):
+    """Each source's last sync: files by outcome, failures, seconds, when it finished."""
+
+    def __init__(self, registry: SourceRegistry) -> None:
+        self.sources = registry
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["tenant", "source"]
+        files = GaugeMetricFamily(
+            "ragserve:source_last_sync_files",
+            "Files of the source's last sync, by outcome.",
+            labels=[*labels, "outcome"],
+        )
+        seconds = GaugeMetricFamily(
+            "ragserve:source_last_sync_seconds", "The last sync's duration.", labels=labels
+        )
+        finished = GaugeMetricFamily(
+            "ragserve:source_last_sync_timestamp_seconds",
+            "When the last sync finished (seconds since the epoch).",
+            labels=labels,
+        )
+        for config, report in self.sources.all():
+            if report is None:
+                continue
+            names = [config.tenant, config.name]
+            for outcome in SYNC_OUTCOMES:
+                files.add_metric([*names, outcome], report[outcome])
+            files.add_metric([*names, "failed"], len(report["failed"]))
+            seconds.add_metric(names, report["seconds"])
+            finished.add_metric(names, report["finished_at"])
+        yield from (files, seconds, finished)
 
 
 @dataclass(frozen=True)
@@ -188,6 +226,9 @@ class ServerMetrics:
             registry=r,
         )
         self.recent = RecentRequests()
+
+    def watch_sources(self, registry: SourceRegistry) -> None:
+        self.registry.register(SourceCollector(registry))
 
     def observe_finished(self, output: RequestOutput, token_times: list[float]) -> None:
         metrics = output.metrics

@@ -46,6 +46,9 @@ def test_an_administrator_follows_a_folder(server, root):
     assert (again["deleted"], again["unchanged"]) == (1, 1)
     hits = call(server, reader, "POST", "/v1/search", json={"query": "otters hold hands"}).json()
     assert all(hit["source"] != "otters.md" for hit in hits["data"])
+    metrics = httpx.get(server.url + "/metrics").text
+    series = 'ragserve:source_last_sync_files{outcome="deleted",source="team",tenant="default"}'
+    assert f"{series} 1.0" in metrics
     listed = call(server, admin, "GET", "/v1/sources").json()["data"]
     assert [(s["name"], s["last_report"]["deleted"]) for s in listed] == [("team", 1)]
     assert call(server, admin, "DELETE", "/v1/sources/team").json()["deleted"] is True
