@@ -4,7 +4,7 @@ ingestion, kill -9 during source syncs, concurrent writers and readers), `ragser
 Each but the oracle exits 1 when its check fails."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -34,6 +34,17 @@ from ragserve.cli.options import (
 )
 from ragserve.engine.config import DEFAULT_MODEL
 
+if TYPE_CHECKING:
+    from ragserve.settings import Settings
+
+
+def _scratch(
+    config: Path | None, folder: Path, store: str | None, pgserver_dir: Path | None
+) -> "Settings":
+    """The settings with a data folder inside `folder` and a store a harness may fill."""
+    overrides = {"data_dir": folder / "data", "store": scratch_store(store, pgserver_dir)}
+    return load_settings(config).model_copy(update=overrides)
+
 
 def crash(
     store: ScratchStoreOption = None,
@@ -56,13 +67,8 @@ def crash(
     from ragserve.reliability import crash as harness
     from ragserve.reports import run_metadata
 
-    settings = load_settings(config)
     with tempfile.TemporaryDirectory() as folder:
-        overrides = {
-            "data_dir": Path(folder) / "data",
-            "store": scratch_store(store, pgserver_dir),
-        }
-        settings = settings.model_copy(update=overrides)
+        settings = _scratch(config, Path(folder), store, pgserver_dir)
         with err_console.status("ingesting and killing") as status:
             report = harness.run(
                 settings, Path(folder), kills, documents, max_delay, seed, status.update
@@ -92,13 +98,8 @@ def sync_crash(
     from ragserve.reliability import sync_crash as harness
     from ragserve.reports import run_metadata
 
-    settings = load_settings(config)
     with tempfile.TemporaryDirectory() as folder:
-        overrides = {
-            "data_dir": Path(folder) / "data",
-            "store": scratch_store(store, pgserver_dir),
-        }
-        settings = settings.model_copy(update=overrides)
+        settings = _scratch(config, Path(folder), store, pgserver_dir)
         with err_console.status("syncing and killing") as status:
             report = harness.run(settings, Path(folder), rounds, files, seed, status.update)
     meta = run_metadata(rounds=rounds, files=files, seed=seed)
