@@ -169,6 +169,10 @@ def _loader_notices(notify: Notify, model: str) -> Iterator[None]:
         logger.propagate = propagate
 
 
+def build_embedder(settings: Settings) -> Embedder:
+    return Embedder(settings.embedding_model, ingest_dtype=settings.embedding_ingest_dtype)
+
+
 class DocumentIndex:
     """The documents without a model: what ingestion, listing and deletion need. The store
     opens at the embedding model's dimension, read from its files; the model itself is loaded
@@ -190,7 +194,7 @@ class DocumentIndex:
 
     @functools.cached_property
     def embedder(self) -> Embedder:
-        embedder = Embedder(self.settings.embedding_model)
+        embedder = build_embedder(self.settings)
         stored = getattr(self.store, "dimension", embedder.dimension)
         if embedder.dimension != stored:
             raise ValueError(

@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(16, ge=0)
     retrieval_top_k: int = Field(RETRIEVAL["top_k"], ge=1, le=100)
     retrieval_candidates: int = Field(RETRIEVAL["candidates"], ge=1, le=1000)
+    # What documents embed in when ingested (queries always in float32): "auto" is bfloat16
+    # where the CPU computes it natively, else float32 (see Embedder).
+    embedding_ingest_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_upload_bytes: int = Field(20 << 20, ge=1)
     # Answers: the prompt carries the best evidence_sentences of the retrieved chunks; the
     # answerability model (a file as `ragserve eval calibrate` writes; default: the one in the

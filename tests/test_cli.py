@@ -176,7 +176,7 @@ def test_docs_commands_never_load_the_embedding_model(tmp_path, embedder, monkey
     from ragserve.rag.embeddings import embedding_dimension
 
     assert embedding_dimension("all-minilm-l6-v2") == embedder.dimension
-    loaded = counting(monkeypatch, "ragserve.services.Embedder", lambda name: embedder)
+    loaded = counting(monkeypatch, "ragserve.services.build_embedder", lambda settings: embedder)
     data = ["--data-dir", str(tmp_path / "data")]
     (tmp_path / "bees.md").write_text("# Bees\n\nBees make honey from nectar.\n")
     assert run("ingest", str(tmp_path / "bees.md"), *data).returncode == 0
@@ -193,7 +193,7 @@ def test_docs_commands_never_load_the_embedding_model(tmp_path, embedder, monkey
 
 
 def ask_setup(tmp_path, embedder, monkeypatch) -> list[str]:
-    monkeypatch.setattr("ragserve.services.Embedder", lambda name: embedder)
+    monkeypatch.setattr("ragserve.services.build_embedder", lambda settings: embedder)
     data = ["--data-dir", str(tmp_path / "data")]
     memo = tmp_path / "memo.txt"
     memo.write_text("The Bluebird deal closes on 30 September for 120 million euros.")

@@ -84,10 +84,16 @@ def search_latency(store: Store, embedder: Embedder, queries: list[str], k: int)
     }
 
 
-def run(store_url: str, limit: int | None, queries: int, k: int, chunk_size: int) -> dict:
-    embedder = Embedder()
+def run(
+    store_url: str, limit: int | None, queries: int, k: int, chunk_size: int, dtype: str
+) -> dict:
+    embedder = Embedder(ingest_dtype=dtype)
     store = open_store(store_url, embedder.dimension)
-    report = {"store": store_url.split("@")[-1], "chunk_size": chunk_size}
+    report = {
+        "store": store_url.split("@")[-1],
+        "chunk_size": chunk_size,
+        "embedding_dtype": embedder.ingest_dtype,
+    }
     report["ingest"] = ingest_corpus(store, embedder, limit, chunk_size)
     # Questions a user might ask: the first sentence of rare-group articles, shortened.
     articles = load_wiki(limit=limit)

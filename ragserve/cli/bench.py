@@ -83,6 +83,9 @@ def ingest(
     queries: int = 200,
     k: int = 10,
     chunk_size: int = 128,
+    dtype: Annotated[
+        str, typer.Option(help="What documents embed in: auto, float32 or bfloat16.")
+    ] = "auto",
     out: OutOption = Path("reports"),
 ) -> None:
     """Ingestion throughput and ACL-filtered search latency on the Wikipedia corpus."""
@@ -99,7 +102,7 @@ def ingest(
     if not store:
         store = str(Path(tempfile.mkdtemp()) / "bench.sqlite")
     try:
-        report = run(store, limit, queries, k, chunk_size)
+        report = run(store, limit, queries, k, chunk_size, dtype)
     finally:
         if server is not None:
             server.cleanup()

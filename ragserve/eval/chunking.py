@@ -59,7 +59,9 @@ def evaluate(
     rows = {}
     for size in sizes:
         overlap = max(0, size // 8)
-        settings = IndexSettings(size, overlap, context.settings.embedding_model)
+        settings = IndexSettings(
+            size, overlap, context.settings.embedding_model, context.embedder.ingest_dtype
+        )
 
         def indexing(done: int, total: int, size: int = size) -> None:
             if progress is not None:

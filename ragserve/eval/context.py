@@ -14,7 +14,7 @@ from ragserve.rag.embeddings import Embedder
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.store import Store
 from ragserve.reports import file_digest, run_metadata
-from ragserve.services import RagServices
+from ragserve.services import RagServices, build_embedder
 from ragserve.settings import Settings
 
 Progress = Callable[[int, int], None]
@@ -51,13 +51,15 @@ class EvalContext:
                 f"(questions {', '.join(missing[:5])}); is the dataset made for it?"
             )
         chosen = full.subset(corpus_limit, set(gold.values()))
-        embedder = Embedder(settings.embedding_model)
+        embedder = build_embedder(settings)
         return cls(settings, dataset, items, chosen, embedder, gold, progress)
 
     @property
     def index_settings(self) -> IndexSettings:
         s = self.settings
-        return IndexSettings(s.chunk_size, s.chunk_overlap, s.embedding_model)
+        return IndexSettings(
+            s.chunk_size, s.chunk_overlap, s.embedding_model, self.embedder.ingest_dtype
+        )
 
     def open_index(self) -> Store:
         """The corpus's index with the configured chunking, built now if not cached."""

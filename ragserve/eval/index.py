@@ -1,5 +1,6 @@
-"""Indexes built for evaluation, cached by (corpus digest, chunking, embedding model) under
-RAGSERVE_HOME/eval, so a second run with the same corpus and settings starts at once."""
+"""Indexes built for evaluation, cached by (corpus digest, chunking, embedding model and the
+dtype documents embed in) under RAGSERVE_HOME/eval, so a second run with the same corpus and
+settings starts at once."""
 
 import hashlib
 import json
@@ -29,6 +30,7 @@ class IndexSettings:
     chunk_size: int
     chunk_overlap: int
     embedding_model: str
+    embedding_dtype: str  # as resolved on this machine: float32 or bfloat16
 
 
 def everything() -> AccessFilter:

@@ -191,4 +191,4 @@ class BertEncoder:
         else:
             weights = mask.unsqueeze(-1).float()
             pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-        return F.normalize(pooled, dim=-1)
+        return F.normalize(pooled.float(), dim=-1)

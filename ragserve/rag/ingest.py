@@ -6,7 +6,6 @@ skipped; the rest of the batch goes on, and nothing already stored is touched.
 """
 
 import hashlib
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,8 +23,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 128
 DEFAULT_CHUNK_OVERLAP = 16
-# Documents whose chunks are embedded in one call: large enough to fill the embedder's batches.
-EMBED_BATCH_DOCUMENTS = 64
+# Chunks embedded in one call: the embedder sorts a call's texts by length into batches, and
+# with a few hundred texts to sort its batches carry little padding (1,277 Wikipedia chunks
+# embed 1.27x faster in one call than in calls of 80). A call also ends at this many documents,
+# so that a sync of unchanged files still reports its progress as it goes.
+EMBED_CALL_CHUNKS = 512
+EMBED_CALL_DOCUMENTS = 512
 
 
 @dataclass
@@ -110,10 +113,9 @@ class Ingestor:
         """Ingest in batches: the chunks of a batch's documents are embedded together. With
         skip_unchanged, a stored document with the same text and ACL is not written again."""
         results = []
-        for batch in _batches(items, EMBED_BATCH_DOCUMENTS):
-            prepared = [self._prepare(item, tenant, owner, acl, skip_unchanged) for item in batch]
-            self._embed_missing([p for p in prepared if isinstance(p, _Prepared)])
-            for entry in prepared:
+        for batch in self._embedding_calls(items, tenant, owner, acl, skip_unchanged):
+            self._embed_missing([p for p in batch if isinstance(p, _Prepared)])
+            for entry in batch:
                 result = (
                     self._write(entry, writer, replaces) if isinstance(entry, _Prepared) else entry
                 )
@@ -123,6 +125,27 @@ class Ingestor:
                 if progress is not None:
                     progress(result)
         return results
+
+    def _embedding_calls(
+        self,
+        items: Iterable[SourceDocument],
+        tenant: str,
+        owner: str,
+        acl: Acl | None,
+        skip_unchanged: bool,
+    ) -> Iterator[list["_Prepared | IngestResult"]]:
+        """The items prepared, in order, in groups whose chunks are embedded in one call."""
+        batch: list[_Prepared | IngestResult] = []
+        chunks = 0
+        for item in items:
+            entry = self._prepare(item, tenant, owner, acl, skip_unchanged)
+            batch.append(entry)
+            chunks += len(entry.spans) if isinstance(entry, _Prepared) else 0
+            if chunks >= EMBED_CALL_CHUNKS or len(batch) >= EMBED_CALL_DOCUMENTS:
+                yield batch
+                batch, chunks = [], 0
+        if batch:
+            yield batch
 
     def _prepare(
         self,
@@ -214,12 +237,6 @@ class _Prepared:
     hashes: list[str]
     known: dict[str, np.ndarray]
     embedded: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-def _batches(items: Iterable[SourceDocument], size: int) -> Iterator[list[SourceDocument]]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
 
 
 def read_sources(paths: Iterable[Path]) -> Iterable[SourceDocument]:

@@ -48,7 +48,7 @@ from ragserve.server.response_cache import ResponseCache
 from ragserve.server.state import ServedModel, ServerState
 from ragserve.server.tracing import Tracing
 from ragserve.server.web import mount_web
-from ragserve.services import RagServices, build_engine
+from ragserve.services import RagServices, build_embedder, build_engine
 from ragserve.serving.errors import ServiceError
 from ragserve.serving.sources import SourceService
 from ragserve.settings import Settings
@@ -130,7 +130,7 @@ def build_state(
 ) -> ServerState:
     """What the routes share, built from settings; the engine, embedder and limiter when given."""
     engine = engine or AsyncEngine(build_engine(settings))
-    embedder = embedder or Embedder(settings.embedding_model)
+    embedder = embedder or build_embedder(settings)
     default = ServedModel.of(engine, Path(settings.model).name)
     also_served = {}
     for name in settings.also_serve:

@@ -88,3 +88,28 @@ def test_a_query_does_not_import_sentence_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_documents_may_embed_in_bfloat16_and_queries_stay_float32(monkeypatch):
+    """bfloat16 passages stay within rounding of float32's (same neighbours), whatever they are
+    batched with; queries embed in float32 whatever documents embed in, so the similarities
+    answerability was fitted on do not move."""
+    single = Embedder(batch_size=16, ingest_dtype="float32")
+    half = Embedder(batch_size=16, ingest_dtype="bfloat16")
+    assert half.ingest_dtype == "bfloat16"
+    exact, rounded = single.embed_passages(TEXTS), half.embed_passages(TEXTS)
+    assert np.allclose(np.linalg.norm(rounded, axis=1), 1.0, atol=1e-5)
+    assert (exact * rounded).sum(axis=1).min() > 0.999
+    assert np.abs(half.embed_passages([TEXTS[1]])[0] - rounded[1]).max() < 5e-3
+    assert np.array_equal(half.embed(TEXTS), single.embed(TEXTS))
+    assert np.abs(single.embed_passages(TEXTS) - single.embed(TEXTS)).max() == 0
+
+
+def test_auto_dtype_follows_the_cpu(monkeypatch):
+    from ragserve.engine import config
+
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(config, "native_bf16", lambda native=native: native)
+        assert Embedder().ingest_dtype == expected
+    with pytest.raises(ValueError, match="ingest_dtype"):
+        Embedder(ingest_dtype="float16")

@@ -153,7 +153,7 @@ def test_the_cli_reports_each_bad_file_and_stores_the_good_ones(embedder, tmp_pa
     data_dir = tmp_path / "data"
     # The command's own code, in this process and with the embedder already loaded (a second
     # interpreter would spend most of the test starting up).
-    monkeypatch.setattr("ragserve.services.Embedder", lambda name: embedder)
+    monkeypatch.setattr("ragserve.services.build_embedder", lambda settings: embedder)
     command = ["ingest", str(folder), "--tenant", "acme", "--owner", "olga"]
     result = CliRunner().invoke(app, [*command, "--data-dir", str(data_dir), "--json"])
     assert result.exit_code == 1, result.output[-2000:]

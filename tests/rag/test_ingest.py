@@ -99,3 +99,26 @@ def test_delete_and_acl_change_visible_to_the_next_search(ingestor):
     assert ingestor.store.keyword_search(staff, "merger Initech", 3)
     ingestor.store.delete_document(OWNER, doc_id)
     assert not ingestor.store.keyword_search(staff, "merger Initech", 3)
+
+
+def test_chunks_embed_in_calls_of_many_documents_in_order(ingestor, monkeypatch):
+    """Documents' chunks are embedded together until a call holds EMBED_CALL_CHUNKS (the
+    embedder sorts a call by length, so larger calls pad less); results keep the input order,
+    failures included."""
+    from ragserve.rag import ingest
+
+    monkeypatch.setattr(ingest, "EMBED_CALL_CHUNKS", 5)
+    calls = []
+    embed = ingestor.embedder.embed_passages
+    monkeypatch.setattr(
+        ingestor.embedder, "embed_passages", lambda texts: calls.append(len(texts)) or embed(texts)
+    )
+    items = [
+        SourceDocument(f"note-{i}.txt", f"Note {i} says {i} owls nest here.".encode())
+        for i in range(12)
+    ]
+    items.insert(6, SourceDocument("broken.pdf", b"%PDF-1.4 not a pdf at all"))
+    results = ingestor.ingest_many(items, "acme", "olga", Acl())
+    assert [r.source for r in results] == [i.source for i in items]
+    assert [r.ok for r in results] == [i.source != "broken.pdf" for i in items]
+    assert calls == [5, 5, 2]
