@@ -110,13 +110,13 @@ class Settings(BaseSettings):
     store: str | None = None
     # A name the package registry knows (all-minilm-l6-v2) or a sentence-transformers folder.
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    # What documents embed in when ingested (queries always in float32): "auto" is bfloat16
+    # where the CPU computes it natively, else float32 (see Embedder).
+    embedding_ingest_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     chunk_size: int = Field(128, ge=8)
     chunk_overlap: int = Field(16, ge=0)
     retrieval_top_k: int = Field(RETRIEVAL["top_k"], ge=1, le=100)
     retrieval_candidates: int = Field(RETRIEVAL["candidates"], ge=1, le=1000)
-    # What documents embed in when ingested (queries always in float32): "auto" is bfloat16
-    # where the CPU computes it natively, else float32 (see Embedder).
-    embedding_ingest_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_upload_bytes: int = Field(20 << 20, ge=1)
     # Answers: the prompt carries the best evidence_sentences of the retrieved chunks; the
     # answerability model (a file as `ragserve eval calibrate` writes; default: the one in the
@@ -141,9 +141,14 @@ class Settings(BaseSettings):
     datamark: bool = True
     reranker: str | None = None
     # Documents one POST /v1/rerank or /v1/score may send (the LLM reranker runs a prompt each).
+    max_rerank_documents: int = Field(64, ge=1, le=1000)
     # Folders an administrator may make a source of over HTTP (POST /v1/sources) lie under
     # this one; none: sources are added from the command line only (`ragserve sync add`).
     source_folders_root: Path | None = None
+    # Hosts whose websites an administrator may make a source of over HTTP; none: websites
+    # are added from the command line only (the server would otherwise fetch any address it
+    # can reach, its own network's included, for whoever administers a tenant).
+    source_url_hosts: list[str] = Field(default_factory=list)
     # How often the server looks for sources whose sync interval (--every) has passed.
     source_check_interval_s: float = Field(30, gt=0)
     # The query history (answers with their feedback, for the tenant's administrators): kept
@@ -154,7 +159,6 @@ class Settings(BaseSettings):
     # OTLP/HTTP endpoint (e.g. http://collector:4318/v1/traces) that receives one trace per
     # request; none: no tracing at all.
     otlp_traces_endpoint: str | None = None
-    max_rerank_documents: int = Field(64, ge=1, le=1000)
     # Scale-out on Ray Serve (`pip install ragserve[ray]`), used when replicas > 1 or a
     # ray_address is set (otherwise one process, no Ray): engine replicas behind api_replicas
     # API replicas, on the Ray cluster at ray_address (none: a local one). routing "prefix"

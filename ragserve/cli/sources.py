@@ -1,9 +1,9 @@
-"""`ragserve sync`: folders the index follows: add, run, list, remove."""
+"""`ragserve sync`: folders and websites the index follows: add, set, run, list, remove."""
 
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.progress import Progress
@@ -20,9 +20,6 @@ from ragserve.cli.options import (
 )
 from ragserve.rag.sources.acl_map import AclMap, AclMapError
 from ragserve.rag.sources.registry import SourceConfig, SourceError, SourceRegistry
-
-if TYPE_CHECKING:
-    pass
 
 sync_app = typer.Typer(
     no_args_is_help=True, help="Sources the index follows: add, run, list, remove."
@@ -54,7 +51,15 @@ def interval_s(every: str | None) -> float | None:
 @sync_app.command("add")
 def sync_add(
     name: Annotated[str, typer.Argument(help="The source's name (letters, digits, . _ -).")],
-    folder: Annotated[Path, typer.Option(help="The folder to follow (recursively).")],
+    folder: Annotated[Path | None, typer.Option(help="A folder to follow (recursively).")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="A website to follow: its sitemap, or a crawl from this page."),
+    ] = None,
+    max_pages: Annotated[int, typer.Option(min=1, help="A website's page cap.")] = 1000,
+    max_depth: Annotated[
+        int, typer.Option(min=0, help="Links a crawl follows from the start page.")
+    ] = 5,
     user: GrantOption = None,
     group: GroupGrantOption = None,
     acl_map: Annotated[
@@ -73,8 +78,9 @@ def sync_add(
     data_dir: DataDirOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Follow a folder: its files become documents with stable ids, kept in sync by `sync run`
-    (and by the server every --every)."""
+    """Follow a folder (--folder) or a website (--url): its files or pages become documents
+    with stable ids, kept in sync by `sync run` (and by the server every --every). A website's
+    paths, for the ACL map and the globs, are its pages' URLs and URL paths."""
     acl = _acl(user, group)
     try:
         rules = AclMap.load(acl_map) if acl_map else AclMap(acl)
@@ -82,20 +88,23 @@ def sync_add(
             rules = AclMap(acl, rules.rules)
         source = SourceConfig(
             name,
-            str(folder.resolve()),
+            str(folder.resolve()) if folder else None,
             tenant,
             owner,
             rules.to_json(),
             include or ["*"],
             exclude or [],
             interval_s(every),
+            url,
+            max_pages,
+            max_depth,
         )
         registry = _registry(data_dir, config)
         registry.add(source)
     except (AclMapError, SourceError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
-    console.print(f"source {name!r} follows {source.folder}; `ragserve sync run {name}` syncs it")
+    console.print(f"source {name!r} follows {source.location}; `ragserve sync run {name}` syncs it")
 
 
 @sync_app.command("set")
@@ -154,7 +163,8 @@ def sync_run(
             report = sync.run(
                 source, lambda done, total: progress.update(task, completed=done, total=total)
             )
-    except FileNotFoundError as error:
+    except OSError as error:
+        # A folder that is not there, a site that does not answer.
         console.print(f"[red]error:[/red] {error}; nothing was changed")
         raise typer.Exit(1) from None
     finally:
@@ -186,7 +196,7 @@ def sync_list(
     if as_json:
         print(json.dumps([asdict(s) | {"last_report": r} for s, r in sources]))
         return
-    table = Table("name", "folder", "tenant", "every", "last sync")
+    table = Table("name", "folder or url", "tenant", "every", "last sync")
     for source, report in sources:
         last = "never"
         if report is not None:
@@ -195,7 +205,7 @@ def sync_list(
                 f"{report['deleted']} deleted, {len(report['failed'])} failed"
             )
         every = f"{source.every_s:g} s" if source.every_s else "-"
-        table.add_row(source.name, source.folder, source.tenant, every, last)
+        table.add_row(source.name, source.location, source.tenant, every, last)
     console.print(table)
 
 

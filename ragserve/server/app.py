@@ -163,7 +163,9 @@ def build_state(
         rag=rag,
         rerankers=rerankers,
         tracing=Tracing.to(settings.otlp_traces_endpoint),
-        sources=SourceService(rag.index, sources, settings.source_folders_root),
+        sources=SourceService(
+            rag.index, sources, settings.source_folders_root, settings.source_url_hosts
+        ),
         history=QueryHistory(
             settings.data_dir / "history.sqlite",
             settings.history_retention_days,

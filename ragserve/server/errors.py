@@ -11,7 +11,14 @@ from typing import Any
 
 from ragserve.engine.errors import EngineDeadError, EngineError, EngineOverloadedError
 from ragserve.server.limits import LimitExceeded
-from ragserve.serving.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
+from ragserve.serving.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    Unavailable,
+)
 
 
 class Rejection(StrEnum):
@@ -92,6 +99,7 @@ SERVICE_STATUSES: dict[type[ServiceError], tuple[int, str]] = {
     Forbidden: (403, "permission_error"),
     Conflict: (409, "invalid_request_error"),
     Invalid: (400, "invalid_request_error"),
+    Unavailable: (502, "server_error"),
 }
 
 

@@ -25,3 +25,8 @@ class Conflict(ServiceError):
 
 class Invalid(ServiceError):
     """The request can never succeed as sent."""
+
+
+class Unavailable(ServiceError):
+    """Something outside the service that the request needs did not answer (a website being
+    synced); the same request may succeed later."""

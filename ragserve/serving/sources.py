@@ -1,18 +1,20 @@
 """Sources for the HTTP routes and the server's own schedule: a tenant's administrators list,
 add, sync and remove the tenant's sources; a folder added over HTTP must lie under the
-source_folders_root setting (a tenant's administrator is not the server's operator, so may not
-make the server read any folder it can)."""
+source_folders_root setting and a website be on a host of source_url_hosts (a tenant's
+administrator is not the server's operator, so may not make the server read any folder or
+address it can)."""
 
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ragserve.access import Principal, Role
 from ragserve.rag.sources.registry import SourceConfig, SourceError, SourceRegistry
 from ragserve.rag.sources.sync import SourceSync, SyncReport
 from ragserve.services import DocumentIndex
-from ragserve.serving.errors import Conflict, Forbidden, Invalid, NotFound
+from ragserve.serving.errors import Conflict, Forbidden, Invalid, NotFound, Unavailable
 
 
 class SourceService:
@@ -20,10 +22,15 @@ class SourceService:
     thread. Syncs run one at a time."""
 
     def __init__(
-        self, index: DocumentIndex, registry: SourceRegistry, folders_root: Path | None
+        self,
+        index: DocumentIndex,
+        registry: SourceRegistry,
+        folders_root: Path | None,
+        url_hosts: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.registry = registry
         self.folders_root = folders_root.resolve() if folders_root else None
+        self.url_hosts = frozenset(host.lower() for host in url_hosts)
         self._sync = SourceSync(index.store, index.ingestor, registry)
         self._one_at_a_time = threading.Lock()
 
@@ -33,24 +40,28 @@ class SourceService:
 
     def add(self, who: Principal, config: SourceConfig) -> SourceConfig:
         _require_admin(who)
-        if self.folders_root is None:
-            raise Forbidden(
-                "sources are added from the command line here (`ragserve sync add`); set "
-                "source_folders_root to allow folders under it",
-                "sources_disabled",
-            )
-        folder = Path(config.folder)
-        resolved = (self.folders_root / folder).resolve()
-        if not resolved.is_relative_to(self.folders_root):
-            raise Invalid(
-                f"folder {config.folder!r} is outside source_folders_root", "folder_outside_root"
-            )
-        config.folder, config.tenant, config.owner = str(resolved), who.tenant, who.account
+        if config.url is not None:
+            self._check_host(config.url)
+        else:
+            config.folder = str(self._folder_under_root(config.folder or ""))
+        config.tenant, config.owner = who.tenant, who.account
         try:
             self.registry.add(config)
         except SourceError as error:
             raise Conflict(str(error), "source_exists") from error
         return config
+
+    def change(
+        self, who: Principal, name: str, changes: dict[str, Any]
+    ) -> tuple[SourceConfig, dict[str, Any] | None]:
+        """The source with its settings changed (the fields of SourceConfig named in changes),
+        and its last report."""
+        _require_admin(who)
+        config = self._get(who, name)
+        for field_name, value in changes.items():
+            setattr(config, field_name, value)
+        self.registry.update(config)
+        return config, self.registry.last_report(config)
 
     def sync(self, who: Principal, name: str) -> SyncReport:
         _require_admin(who)
@@ -67,6 +78,31 @@ class SourceService:
                 return self._sync.run(config)
             except FileNotFoundError as error:
                 raise Invalid(f"{error}; nothing was changed", "source_folder_missing") from error
+            except OSError as error:  # the site did not answer
+                raise Unavailable(str(error), "source_unavailable") from error
+
+    def _folder_under_root(self, folder: str) -> Path:
+        if self.folders_root is None:
+            raise Forbidden(
+                "folder sources are added from the command line here (`ragserve sync add`); "
+                "set source_folders_root to allow folders under it",
+                "sources_disabled",
+            )
+        resolved = (self.folders_root / folder).resolve()
+        if not resolved.is_relative_to(self.folders_root):
+            raise Invalid(
+                f"folder {folder!r} is outside source_folders_root", "folder_outside_root"
+            )
+        return resolved
+
+    def _check_host(self, url: str) -> None:
+        host = (urlsplit(url).hostname or "").lower()
+        if host not in self.url_hosts:
+            raise Forbidden(
+                f"websites are added over HTTP only on the hosts of source_url_hosts, not "
+                f"{host!r}; `ragserve sync add --url` adds any",
+                "source_host_not_allowed",
+            )
 
     def due(self, now: float | None = None) -> list[SourceConfig]:
         """Sources whose interval has passed since their last sync (never synced: due)."""

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from ragserve.access import Role
+from tests.web_site import Site, page, serving
 
 
 @pytest.fixture
@@ -84,3 +85,50 @@ def test_the_schedule_picks_sources_whose_interval_passed(server, root):
     call(server, admin, "POST", "/v1/sources/hourly/sync")
     assert sources.due() == []
     assert [c.name for c in sources.due(time.time() + 3601)] == ["hourly"]
+
+
+def test_a_website_on_an_allowed_host(server, root):
+    admin = server.key("sam", (), role=Role.ADMIN)
+    reader = server.key("rita", ("field",))
+    with serving(Site()) as site:
+        site.pages["/robots.txt"] = 404
+        site.pages["/"] = page(
+            "Field guide", "Puffins nest in burrows on grassy cliffs every spring.", ("/owls",)
+        )
+        site.pages["/owls"] = page("Owls", "Snowy owls hunt lemmings in the open tundra.")
+        body = {"name": "guide", "url": site.base + "/", "acl_map": {"default": {"groups": []}}}
+        refused = call(server, admin, "POST", "/v1/sources", json=body)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "source_host_not_allowed"
+        server.state.sources.url_hosts = frozenset({"127.0.0.1"})
+        try:
+            added = call(server, admin, "POST", "/v1/sources", json=body)
+            assert added.status_code == 201, added.text
+            assert added.json()["url"] == site.base + "/"
+            first = call(server, admin, "POST", "/v1/sources/guide/sync").json()
+            assert (first["added"], first["complete"]) == (2, True)
+            query = {"query": "where do puffins nest"}
+            assert call(server, reader, "POST", "/v1/search", json=query).json()["data"] == []
+
+            # The map changes over HTTP; the next sync re-permissions without fetching anew.
+            grant = {"acl_map": {"default": {"groups": ["field"]}}}
+            changed = call(server, admin, "PATCH", "/v1/sources/guide", json=grant)
+            assert changed.status_code == 200, changed.text
+            assert changed.json()["acl_map"]["default"]["groups"] == {"field": "read"}
+            again = call(server, admin, "POST", "/v1/sources/guide/sync").json()
+            assert (again["repermissioned"], again["embedded_chunks"]) == (2, 0)
+            hits = call(server, reader, "POST", "/v1/search", json=query).json()["data"]
+            assert hits[0]["source"] == site.base + "/"
+
+            site.pages["/robots.txt"] = 503
+            down = call(server, admin, "POST", "/v1/sources/guide/sync")
+            assert down.status_code == 502 and down.json()["error"]["code"] == "source_unavailable"
+            site.pages = {"/robots.txt": 404}
+            gone = call(server, admin, "POST", "/v1/sources/guide/sync").json()
+            assert gone["deleted"] == 2
+        finally:
+            server.state.sources.url_hosts = frozenset()
+    both = {"name": "x", "folder": "team", "url": "https://example.com/"}
+    assert call(server, admin, "POST", "/v1/sources", json=both).status_code == 400
+    unknown = call(server, admin, "PATCH", "/v1/sources/guide", json={"colour": "red"})
+    assert unknown.status_code == 400

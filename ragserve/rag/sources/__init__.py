@@ -1,2 +1,3 @@
-"""Sources the index follows: a connector lists a source's files (path, modified time, size,
-bytes on demand), and a sync (sync.py) brings the index in line with the listing."""
+"""Sources the index follows: a connector (connector.py) lists a source's items, a folder's
+files or a website's pages, each with a stamp and its bytes on demand; a sync (sync.py) brings
+the index in line with the listing."""

@@ -1,27 +1,17 @@
 """A local folder as a source: its files, recursively, matched by include globs and not by
-exclude globs; hidden files and folders (a leading dot) and symbolic links are skipped."""
+exclude globs; hidden files and folders (a leading dot) and symbolic links are skipped. A
+file's stamp is its modified time and size, so an unchanged file costs a stat."""
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from fnmatch import fnmatch
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One file of a source: its path within the source (POSIX separators), and the stat that
-    tells whether it may have changed since the last sync."""
-
-    path: str
-    modified_ns: int
-    size: int
-    location: Path
-
-    def read(self) -> bytes:
-        return self.location.read_bytes()
+from ragserve.rag.sources.connector import SourceItem
 
 
 class FolderConnector:
+    complete = True
+
     def __init__(
         self, root: Path, include: tuple[str, ...] = ("*",), exclude: tuple[str, ...] = ()
     ) -> None:
@@ -29,14 +19,14 @@ class FolderConnector:
         self.include = include
         self.exclude = exclude
 
-    def files(self) -> Iterator[SourceFile]:
+    def items(self, seen: Mapping[str, str] | None = None) -> Iterator[SourceItem]:
         """The source's files in path order. A missing root is an error (a sync must not take
         an unmounted folder for an empty one and delete everything)."""
         if not self.root.is_dir():
             raise FileNotFoundError(f"source folder {self.root} does not exist")
         yield from self._walk(self.root)
 
-    def _walk(self, folder: Path) -> Iterator[SourceFile]:
+    def _walk(self, folder: Path) -> Iterator[SourceItem]:
         for entry in sorted(folder.iterdir(), key=lambda p: p.name):
             if entry.name.startswith(".") or entry.is_symlink():
                 continue
@@ -49,4 +39,4 @@ class FolderConnector:
             if any(fnmatch(relative, g) for g in self.exclude):
                 continue
             stat = entry.stat()
-            yield SourceFile(relative, stat.st_mtime_ns, stat.st_size, entry)
+            yield SourceItem(relative, f"{stat.st_mtime_ns}:{stat.st_size}", entry.read_bytes)

@@ -1,14 +1,17 @@
-"""One sync of a source: the index brought in line with the source's files.
+"""One sync of a source: the index brought in line with the source's items (a folder's
+files, a website's pages; connector.py).
 
-- A file whose modified time and size are what the last sync saw costs a stat; if its path's
-  ACL in the map changed, the document is re-permissioned (no parse, no embedding).
-- Any other file is read and ingested under its stable id (source + path): unchanged text and
+- An item whose stamp is what the last sync saw (a file's modified time and size), or that the
+  source itself says is unchanged (a page's 304), costs that check; if its path's ACL in the
+  map changed, the document is re-permissioned (no parse, no embedding).
+- Any other item is read and ingested under its stable id (source + path): unchanged text and
   ACL write nothing; changed text re-embeds only the chunks whose text changed.
-- A document of the source whose file is gone is deleted at this sync. Which documents are the
+- A document of the source whose item is gone is deleted at this sync, when the listing was
+  complete (a crawl cut short by its page cap deletes nothing). Which documents are the
   source's is read from the store (their ids carry the source's prefix), so a document written
   by a sync that died before recording it is still found.
-- A file that cannot be read or parsed is reported with the reason; its indexed version (if
-  any) stays, and the next sync tries it again.
+- An item that cannot be read, fetched or parsed is reported with the reason; its indexed
+  version (if any) stays, and the next sync tries it again.
 """
 
 import hashlib
@@ -21,8 +24,10 @@ from typing import Any
 from ragserve.rag.documents import AccessFilter, Acl
 from ragserve.rag.ingest import Ingestor, IngestResult, SourceDocument
 from ragserve.rag.sources.acl_map import AclMap, acl_digest
-from ragserve.rag.sources.folder import FolderConnector, SourceFile
-from ragserve.rag.sources.registry import FileState, SourceConfig, SourceRegistry
+from ragserve.rag.sources.connector import Connector, SourceItem
+from ragserve.rag.sources.folder import FolderConnector
+from ragserve.rag.sources.registry import ItemState, SourceConfig, SourceRegistry
+from ragserve.rag.sources.web import WebConnector
 from ragserve.rag.store import Store
 
 
@@ -39,13 +44,15 @@ class SyncReport:
     reused_chunks: int = 0
     seconds: float = 0.0
     finished_at: float = 0.0
+    # False when the listing was cut short (a crawl's page cap): nothing unseen was deleted.
+    complete: bool = True
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def source_doc_id(config: SourceConfig, path: str) -> str:
-    """A file's document id: the same for the same source and path, at every sync."""
+    """An item's document id: the same for the same source and path, at every sync."""
     return config.doc_id_prefix + hashlib.sha256(path.encode()).hexdigest()[:24]
 
 
@@ -58,76 +65,93 @@ class SourceSync:
     def run(
         self, config: SourceConfig, progress: Callable[[int, int], None] | None = None
     ) -> SyncReport:
-        """Sync one source; progress(done, total) after each file."""
+        """Sync one source; progress(done, total) after each item."""
         started = time.perf_counter()
         report = SyncReport(config.name)
         operator = AccessFilter(config.tenant, "sync", everything=True)
         acl_map = AclMap.from_json(config.acl_map)
-        files = {
-            f.path: f
-            for f in FolderConnector(
-                Path(config.folder), tuple(config.include), tuple(config.exclude)
-            ).files()
-        }
-        seen = self.registry.files(config)
+        seen = self.registry.items(config)
+        connector = self.connector(config)
+        items = {i.path: i for i in connector.items({p: s.stamp for p, s in seen.items()})}
         stored = {
             d.doc_id
             for d in self.store.list_documents(operator)
             if d.doc_id.startswith(config.doc_id_prefix)
         }
-        pending: dict[str, list[tuple[SourceFile, str]]] = {}
+        pending: dict[str, list[tuple[SourceItem, str]]] = {}
         acls: dict[str, Acl] = {}
-        for path, file in files.items():
+        for path, item in items.items():
             acl, doc_id = acl_map.acl_for(path), source_doc_id(config, path)
             digest = acl_digest(acl)
             state = seen.get(path)
-            if state is not None and doc_id in stored and _same_stat(state, file):
+            if item.error is not None:
+                report.failed.append({"path": path, "reason": item.error})
+            elif state is not None and doc_id in stored and _unchanged(state, item):
                 if state.acl_digest != digest:
                     self.store.set_acl(operator, doc_id, acl)
-                    self.registry.saw(config, path, _state(doc_id, file, digest))
+                    self.registry.saw(config, path, ItemState(doc_id, item.stamp, digest))
                     report.repermissioned += 1
                 else:
                     report.unchanged += 1
-                continue
-            acls[digest] = acl
-            pending.setdefault(digest, []).append((file, doc_id))
-        done = report.unchanged + report.repermissioned
+            else:
+                acls[digest] = acl
+                pending.setdefault(digest, []).append((item, doc_id))
+        done = len(items) - sum(len(group) for group in pending.values())
         for digest, group in pending.items():
             results = self._ingest(config, group, acls[digest], operator)
-            for (file, doc_id), result in zip(group, results, strict=True):
+            for (item, doc_id), result in zip(group, results, strict=True):
                 self._count(report, result, doc_id in stored)
                 if result.ok:
-                    self.registry.saw(config, file.path, _state(doc_id, file, digest))
+                    self.registry.saw(config, item.path, ItemState(doc_id, item.stamp, digest))
                 done += 1
                 if progress is not None:
-                    progress(done, len(files))
-        current = {source_doc_id(config, path) for path in files}
-        for doc_id in sorted(stored - current):
-            self.store.delete_document(operator, doc_id)
-            report.deleted += 1
-        for path in seen.keys() - files.keys():
-            self.registry.forget(config, path)
+                    progress(done, len(items))
+        if connector.complete:
+            current = {source_doc_id(config, path) for path in items}
+            for doc_id in sorted(stored - current):
+                self.store.delete_document(operator, doc_id)
+                report.deleted += 1
+            for path in seen.keys() - items.keys():
+                self.registry.forget(config, path)
+        else:
+            report.complete = False
         report.seconds = round(time.perf_counter() - started, 3)
         report.finished_at = time.time()
         self.registry.report(config, report.as_json())
         return report
 
+    @staticmethod
+    def connector(config: SourceConfig) -> Connector:
+        if config.url is not None:
+            return WebConnector(
+                config.url,
+                tuple(config.include),
+                tuple(config.exclude),
+                config.max_pages,
+                config.max_depth,
+            )
+        return FolderConnector(
+            Path(config.folder or ""), tuple(config.include), tuple(config.exclude)
+        )
+
     def _ingest(
         self,
         config: SourceConfig,
-        group: list[tuple[SourceFile, str]],
+        group: list[tuple[SourceItem, str]],
         acl: Acl,
         operator: AccessFilter,
     ) -> list[IngestResult]:
-        items = []
-        for file, doc_id in group:
+        documents = []
+        for item, doc_id in group:
             try:
-                items.append(SourceDocument(file.path, data=file.read(), doc_id=doc_id))
+                documents.append(
+                    SourceDocument(item.path, data=item.read(), doc_id=doc_id, kind=item.kind)
+                )
             except OSError as error:
-                reason = f"{file.path}: cannot read ({error.strerror})"
-                items.append(SourceDocument(file.path, doc_id=doc_id, error=reason))
+                reason = f"{item.path}: cannot read ({error.strerror or error})"
+                documents.append(SourceDocument(item.path, doc_id=doc_id, error=reason))
         return self.ingestor.ingest_many(
-            items, config.tenant, config.owner, acl, writer=operator, skip_unchanged=True
+            documents, config.tenant, config.owner, acl, writer=operator, skip_unchanged=True
         )
 
     @staticmethod
@@ -145,9 +169,5 @@ class SourceSync:
                 report.added += 1
 
 
-def _same_stat(state: FileState, file: SourceFile) -> bool:
-    return (state.modified_ns, state.size) == (file.modified_ns, file.size)
-
-
-def _state(doc_id: str, file: SourceFile, digest: str) -> FileState:
-    return FileState(doc_id, file.modified_ns, file.size, digest)
+def _unchanged(state: ItemState, item: SourceItem) -> bool:
+    return item.unchanged or state.stamp == item.stamp
