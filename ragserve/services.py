@@ -188,8 +188,10 @@ class DocumentIndex:
     def open(cls, settings: Settings, embedder: Embedder | None = None) -> "DocumentIndex":
         dimension = embedding_dimension(settings.embedding_model) if embedder is None else None
         if embedder is None and dimension is None:
-            embedder = Embedder(settings.embedding_model)
-        store = open_store(settings.store_url, dimension or embedder.dimension)
+            embedder = build_embedder(settings)
+        store = open_store(
+            settings.store_url, dimension or embedder.dimension, settings.document_versions_kept
+        )
         return cls(settings, store, embedder)
 
     @functools.cached_property

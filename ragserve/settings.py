@@ -21,6 +21,7 @@ from pydantic_settings import (
 
 from ragserve.engine.config import EngineConfig
 from ragserve.rag.answer import AnswerSettings
+from ragserve.rag.documents import DEFAULT_VERSIONS_KEPT
 from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL
 from ragserve.rag.evidence import EvidenceSettings
 from ragserve.rag.retrieval import RetrievalSettings
@@ -108,6 +109,9 @@ class Settings(BaseSettings):
     # Documents and retrieval. store: a path or sqlite:///path, or postgresql://...;
     # default data_dir/index.sqlite.
     store: str | None = None
+    # Earlier versions kept of each document when it is replaced (GET
+    # /v1/documents/{id}/versions, restore); 0: none.
+    document_versions_kept: int = Field(DEFAULT_VERSIONS_KEPT, ge=0, le=1000)
     # A name the package registry knows (all-minilm-l6-v2) or a sentence-transformers folder.
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     # What documents embed in when ingested (queries always in float32): "auto" is bfloat16

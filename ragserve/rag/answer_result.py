@@ -76,7 +76,9 @@ def cite(n: int, sentence: Sentence, support: float = 1.0) -> Citation:
     passage of a refusal supports nothing (support 0)."""
     chunk = sentence.chunk
     span = (sentence.start, sentence.end)
-    return Citation(n, chunk.doc_id, chunk.chunk_id, chunk.title, *span, sentence.text, support)
+    return Citation(
+        n, chunk.doc_id, chunk.chunk_id, chunk.title, *span, sentence.text, support, chunk.version
+    )
 
 
 def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:

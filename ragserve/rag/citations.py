@@ -37,6 +37,8 @@ class Citation:
     end: int
     quote: str
     support: float
+    # The version of the document the quote was read from.
+    version: int = 0
 
 
 def support_score(sentence: str, question: str, source: ScoredChunk, strict: bool = True) -> float:
@@ -123,7 +125,15 @@ def citation(n: int, chunk: ScoredChunk, claim: str, score: float) -> Citation:
     """Source n cited for a claim, quoting the source sentence closest to it."""
     quote, start, end = best_quote(claim, chunk)
     return Citation(
-        n, chunk.doc_id, chunk.chunk_id, chunk.title, start, end, quote, round(score, 3)
+        n,
+        chunk.doc_id,
+        chunk.chunk_id,
+        chunk.title,
+        start,
+        end,
+        quote,
+        round(score, 3),
+        chunk.version,
     )
 
 

@@ -33,6 +33,10 @@ class Permission(IntEnum):
             raise ValueError(f"unknown permission {label!r}: read, write or manage") from None
 
 
+# Earlier versions a store keeps of each document by default (the document_versions_kept
+# setting).
+DEFAULT_VERSIONS_KEPT = 10
+
 Grants = Iterable[str] | Mapping[str, "str | Permission"] | None
 
 
@@ -87,6 +91,17 @@ class Acl:
             "users": {name: p.label for name, p in self.users},
             "groups": {name: p.label for name, p in self.groups},
         }
+
+    def common(self, other: "Acl") -> "Acl":
+        """The grants both ACLs make, each at the lower of its two levels."""
+
+        def both(
+            mine: tuple[tuple[str, Permission], ...], theirs: tuple[tuple[str, Permission], ...]
+        ) -> dict[str, Permission]:
+            levels = dict(theirs)
+            return {name: min(p, levels[name]) for name, p in mine if name in levels}
+
+        return Acl.of(both(self.users, other.users), both(self.groups, other.groups))
 
 
 @dataclass(frozen=True)
@@ -181,6 +196,8 @@ class ScoredChunk:
     score: float
     # The document's readers_digest, attached by retrieval for prompts that carry the text.
     readers: str = ""
+    # The document version the chunk belongs to (answers cite it).
+    version: int = 0
 
 
 # Client-chosen document ids live in their owner's namespace: "<owner>~<id>".
@@ -242,4 +259,5 @@ def chunk_json(chunk: ScoredChunk) -> dict[str, Any]:
         "end": chunk.end,
         "text": chunk.text,
         "score": chunk.score,
+        "version": chunk.version,
     }

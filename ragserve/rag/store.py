@@ -7,7 +7,14 @@ from typing import Protocol
 import numpy as np
 
 from ragserve.audit import AuditEntry
-from ragserve.rag.documents import AccessFilter, Acl, ChunkRecord, DocumentRecord, ScoredChunk
+from ragserve.rag.documents import (
+    DEFAULT_VERSIONS_KEPT,
+    AccessFilter,
+    Acl,
+    ChunkRecord,
+    DocumentRecord,
+    ScoredChunk,
+)
 
 
 class Store(Protocol):
@@ -37,7 +44,8 @@ class Store(Protocol):
         replaces: bool = False,
     ) -> None:
         """Store the document as the version after the stored one, with its chunks, replacing
-        the previous version's chunks (and its ACL unless document.keep_acl), in one
+        the previous version (kept as an earlier version, see document_versions) and its ACL
+        unless document.keep_acl, in one
         transaction that also appends its audit entry (by writer.user, or the owner). Sets
         document.version, .ingested_at and .num_chunks and each chunk's chunk_id.
 
@@ -47,8 +55,33 @@ class Store(Protocol):
         Without one, the caller answers for the permission (the operator, evaluation)."""
         ...
 
+    def document_versions(self, access: AccessFilter, doc_id: str) -> list[DocumentRecord]:
+        """The current version and the earlier versions kept (up to the store's
+        versions_kept), newest first, each with the ACL it had: [] when the filter may not
+        read the document now, and without the earlier versions whose own ACL did not admit
+        the filter (a reader granted access later never sees what was there before)."""
+        ...
+
+    def version_chunks(
+        self, access: AccessFilter, doc_id: str, version: int
+    ) -> list[ChunkRecord] | None:
+        """One version's chunks in order with their embeddings, if document_versions lists
+        it for the filter; None otherwise."""
+        ...
+
+    def restore_version(
+        self, access: AccessFilter, doc_id: str, version: int
+    ) -> DocumentRecord | None:
+        """Write an earlier version's text and chunks (embeddings reused) as the document's
+        newest version, if the filter may manage the document and read that version; the ACL
+        becomes the grants that the current ACL and the version's both make (at the lower
+        level), so nobody reads what they could not read then or cannot read now. None (and
+        nothing changed) otherwise."""
+        ...
+
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
-        """Delete the document with its chunks and ACL if the filter may write it, with its
+        """Delete the document with its chunks, earlier versions and ACL if the filter may
+        write it, with its
         audit entry; False (and nothing changed) if it does not exist or the filter may not
         write it."""
         ...
@@ -118,12 +151,13 @@ class Store(Protocol):
         ...
 
 
-def open_store(url: str, dimension: int) -> Store:
+def open_store(url: str, dimension: int, versions_kept: int = DEFAULT_VERSIONS_KEPT) -> Store:
     """A store from a URL: a path or sqlite:///path, or postgresql://..."""
     if url.startswith(("postgresql://", "postgres://")):
         from ragserve.rag.stores.postgres import PostgresStore
 
-        return PostgresStore(url, dimension)
+        return PostgresStore(url, dimension, versions_kept)
     from ragserve.rag.stores.sqlite import SqliteStore
 
-    return SqliteStore(url.removeprefix("sqlite:///").removeprefix("sqlite://"), dimension)
+    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
+    return SqliteStore(path, dimension, versions_kept)

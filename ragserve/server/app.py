@@ -38,6 +38,7 @@ from ragserve.server import (
     sources,
     system,
     tokenize,
+    versions,
 )
 from ragserve.server.errors import APIError, Rejection, error_body, from_service
 from ragserve.server.gate import BodyCaps, RequestGate
@@ -99,6 +100,7 @@ def build_app(
         answers.router,
         history.router,
         documents.router,
+        versions.router,
         sources.router,
         audit.router,
     ):

@@ -243,6 +243,7 @@ class Chunk(Body):
     end: int
     text: str
     score: float
+    version: int
 
 
 class SearchResults(Body):
@@ -318,3 +319,23 @@ class ServerStatus(Body):
     preemptions: int
     recent: RecentRequests
     replicas: dict[str, ReplicaLoad]
+
+
+class DocumentVersion(Body):
+    version: int
+    current: bool
+    title: str
+    source: str
+    content_hash: str
+    num_chunks: int
+    text_length: int
+    # When this version was written.
+    ingested_at: float
+    # The ACL the version had; shown to those who may manage the document.
+    acl: dict[str, Any] | None
+
+
+class DocumentVersionList(Body):
+    object: Literal["list"]
+    id: str
+    data: list[DocumentVersion]

@@ -17,6 +17,7 @@ from ragserve.audit import AuditEntry
 from ragserve.rag.documents import (
     AccessFilter,
     Acl,
+    ChunkRecord,
     DocumentRecord,
     Permission,
     ScoredChunk,
@@ -130,6 +131,37 @@ class DocumentService:
         if not result.ok:
             raise Invalid(result.error or "cannot ingest", "unparseable_document")
         return Added(result, self.index.store.get_document(access, result.doc_id))
+
+    def versions(self, who: Principal, doc_id: str) -> list[DocumentRecord]:
+        """The current version and the earlier ones kept that the caller could read then and
+        may read now, newest first."""
+        found = self.index.store.document_versions(access_for(who), doc_id)
+        if not found:
+            raise not_found(doc_id)
+        return found
+
+    def version(
+        self, who: Principal, doc_id: str, version: int
+    ) -> tuple[DocumentRecord, list[ChunkRecord]]:
+        """One version the caller may read, with its chunks."""
+        listed = {v.version: v for v in self.versions(who, doc_id)}
+        chunks = self.index.store.version_chunks(access_for(who), doc_id, version)
+        if version not in listed or chunks is None:
+            raise NotFound(f"no version {version} of document {doc_id!r}", "version_not_found")
+        return listed[version], chunks
+
+    def restore(self, who: Principal, doc_id: str, version: int) -> DocumentRecord:
+        """An earlier version written back as the newest (see Store.restore_version)."""
+        document = self.get(who, doc_id)
+        self.require_writer(who)
+        access = access_for(who)
+        require(access, document, Permission.MANAGE)
+        restored = self.index.store.restore_version(access, doc_id, version)
+        if restored is None:
+            raise NotFound(
+                f"no earlier version {version} of document {doc_id!r}", "version_not_found"
+            )
+        return restored
 
     def delete(self, who: Principal, doc_id: str) -> None:
         document = self.get(who, doc_id)

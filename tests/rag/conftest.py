@@ -3,7 +3,13 @@ import uuid
 import numpy as np
 import pytest
 
-from ragserve.rag.documents import Acl, ChunkRecord, DocumentRecord, content_hash
+from ragserve.rag.documents import (
+    DEFAULT_VERSIONS_KEPT,
+    Acl,
+    ChunkRecord,
+    DocumentRecord,
+    content_hash,
+)
 from tests.conftest import new_postgres_database
 
 DIMENSION = 8
@@ -14,16 +20,17 @@ def store_factory(request, tmp_path):
     """Opens fresh stores of one backend; the same contract runs against both."""
     opened = []
 
-    def open_store(dimension: int = DIMENSION):
+    def open_store(dimension: int = DIMENSION, versions_kept: int = DEFAULT_VERSIONS_KEPT):
         if request.param == "sqlite":
             from ragserve.rag.stores.sqlite import SqliteStore
 
-            store = SqliteStore(tmp_path / f"{uuid.uuid4().hex}.sqlite", dimension)
+            path = tmp_path / f"{uuid.uuid4().hex}.sqlite"
+            store = SqliteStore(path, dimension, versions_kept)
         else:
             from ragserve.rag.stores.postgres import PostgresStore
 
             server = request.getfixturevalue("postgres_server")
-            store = PostgresStore(new_postgres_database(server), dimension)
+            store = PostgresStore(new_postgres_database(server), dimension, versions_kept)
         opened.append(store)
         return store
 

@@ -176,7 +176,7 @@ def test_crash_between_write_and_delete_keeps_the_old_version(store_factory, mon
     def crash(*args, **kwargs):
         raise RuntimeError("power cut")
 
-    monkeypatch.setattr(store, "_remove_chunks", crash)
+    monkeypatch.setattr(store, "_upsert_document", crash)
     with pytest.raises(RuntimeError):
         store.write_document(*make_document("doc", ["new body"], [axis(1)]))
     monkeypatch.undo()
@@ -184,6 +184,62 @@ def test_crash_between_write_and_delete_keeps_the_old_version(store_factory, mon
     assert store.get_document(OWNER, "doc").version == 1
     assert [c.text for c in store.keyword_search(OWNER, "body", 5)] == ["old body"]
     assert [c.text for c in store.vector_search(OWNER, unit(axis(1)), 5)] == ["old body"]
+
+
+def test_earlier_versions_are_kept_for_those_who_could_read_them(store_factory):
+    """A reader granted access at version 2 sees versions 2 and 3, never version 1 (hr only),
+    which no search returns either; a restore needs manage, brings version 1's chunks back as
+    the newest version with their embeddings, under the grants both ACLs make; a delete takes
+    every version."""
+    store = store_factory()
+    hana = AccessFilter("acme", "hana", ("hr",))
+    hr, hr_and_eng = Acl.of(groups=["hr"]), Acl.of(groups=["hr", "eng"])
+    bodies = [
+        ["salary bands are kept secret", "shared introduction"],
+        ["salary bands are published", "shared introduction"],
+        ["salary bands are published yearly", "shared introduction"],
+    ]
+    for version, (texts, acl) in enumerate(
+        zip(bodies, [hr, hr_and_eng, hr_and_eng], strict=True), 1
+    ):
+        store.write_document(*make_document("doc", texts, [axis(version), axis(0)], acl=acl))
+    assert [v.version for v in store.document_versions(ENG, "doc")] == [3, 2]
+    assert [v.version for v in store.document_versions(hana, "doc")] == [3, 2, 1]
+    assert store.document_versions(hana, "doc")[2].acl == hr
+    assert store.document_versions(STRANGER, "doc") == []
+    assert store.version_chunks(ENG, "doc", 1) is None
+    assert [c.text for c in store.version_chunks(hana, "doc", 1)] == bodies[0]
+    assert not store.keyword_search(OWNER, "secret", 5)
+    assert all(c.version == 3 for c in store.vector_search(OWNER, unit(axis(1)), 5))
+
+    assert store.restore_version(ENG, "doc", 2) is None, "read is not manage"
+    assert store.restore_version(OWNER, "doc", 7) is None
+    restored = store.restore_version(ADMIN, "doc", 1)
+    assert restored.version == 4 and restored.acl == hr
+    assert [c.text for c in store.document_chunks(hana, "doc")] == bodies[0]
+    assert store.get_document(ENG, "doc") is None, "eng could not read version 1"
+    hits = store.keyword_search(OWNER, "secret", 5)
+    assert [(c.doc_id, c.version) for c in hits] == [("doc", 4)]
+    old = store.version_chunks(hana, "doc", 1)
+    new = store.version_chunks(hana, "doc", 4)
+    assert all(np.array_equal(a.embedding, b.embedding) for a, b in zip(old, new, strict=True))
+    assert store.audit_log("acme", 1)[0].version == 4
+
+    assert store.delete_document(OWNER, "doc")
+    assert store.document_versions(ADMIN, "doc") == []
+    assert store.version_chunks(ADMIN, "doc", 1) is None
+
+
+@pytest.mark.parametrize("kept", [0, 2])
+def test_versions_past_the_kept_count_are_forgotten_with_their_chunks(store_factory, kept):
+    store = store_factory(versions_kept=kept)
+    for n in range(1, 6):
+        store.write_document(*make_document("doc", [f"body number {n}"], [axis(n)]))
+    assert [v.version for v in store.document_versions(OWNER, "doc")] == list(
+        range(5, 4 - kept, -1)
+    )
+    assert store._chunk_records("acme", "doc", 5 - kept - 1) == []
+    assert [c.text for c in store.keyword_search(OWNER, "body", 5)] == ["body number 5"]
 
 
 def test_a_store_from_before_permission_levels_opens_with_read_grants(tmp_path):

@@ -468,3 +468,43 @@ def test_the_list_comes_in_pages_of_what_the_caller_may_read(server, keys):
     for limit in (0, 1001, "x"):
         response = call(server, "GET", f"/v1/documents?limit={limit}", keys["eng"])
         assert response.status_code == 400 and "limit" in response.text
+
+
+def test_versions_restore_and_what_a_later_reader_never_sees(server):
+    """An update keeps the earlier version; a reader granted access at version 2 lists and
+    reads version 2 only, never version 1, by id, search or answer; a restore needs manage,
+    brings version 1 back under the grants both ACLs make, and answers cite the version."""
+    owner = server.key("hilde", ("hr",), role=Role.WRITER)
+    hr = server.key("hana", ("hr",))
+    eng = server.key("egon", ("eng",), role=Role.WRITER)  # may write, yet holds only read here
+    first = "Bonus pool: the zanzibar bonus pool is 7 percent of salary this year."
+    second = "Bonus pool: the bonus pool figure is announced in March each year."
+    doc = _post_text(server, owner, first, doc_id="bonus", acl={"groups": ["hr"]})
+    update = {"doc_id": doc["id"], "acl": {"groups": ["hr", "eng"]}}
+    assert _post_text(server, owner, second, **update)["version"] == 2
+    path = f"/v1/documents/{doc['id']}/versions"
+
+    listed = call(server, "GET", path, eng).json()
+    assert [(v["version"], v["current"], v["acl"]) for v in listed["data"]] == [(2, True, None)]
+    assert call(server, "GET", path + "/1", eng).status_code == 404
+    query = {"query": "zanzibar bonus pool percent", "top_k": 10}
+    hits = call(server, "POST", "/v1/search", eng, json=query).json()["data"]
+    assert all("zanzibar" not in hit["text"] for hit in hits)
+    assert [h["version"] for h in hits if h["doc_id"] == doc["id"]] == [2]
+    assert [v["version"] for v in call(server, "GET", path, hr).json()["data"]] == [2, 1]
+    old = call(server, "GET", path + "/1", hr).json()["data"]
+    assert "zanzibar" in old[0]["text"] and old[0]["version"] == 1
+    assert call(server, "GET", path, server.key("sam", ("sales",))).status_code == 404
+
+    refused = call(server, "POST", path + "/1/restore", eng)
+    assert refused.json()["error"]["code"] == "missing_manage_permission"
+    assert call(server, "POST", path + "/9/restore", owner).status_code == 404
+    restored = call(server, "POST", path + "/1/restore", owner)
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["version"] == 3 and restored.json()["acl"]["groups"] == {"hr": "read"}
+    assert call(server, "GET", f"/v1/documents/{doc['id']}", eng).status_code == 404
+    answer = call(
+        server, "POST", "/v1/answers", hr, json={"question": "How big is the zanzibar bonus pool?"}
+    ).json()
+    cited = [c for c in answer["citations"] if c["doc_id"] == doc["id"]]
+    assert cited and all(c["version"] == 3 for c in cited), answer

@@ -20,6 +20,7 @@ from pgvector.psycopg import register_vector
 
 from ragserve.audit import AUDIT_COLUMNS, AuditEntry, check_page
 from ragserve.rag.documents import (
+    DEFAULT_VERSIONS_KEPT,
     AccessFilter,
     Acl,
     ChunkRecord,
@@ -32,9 +33,13 @@ from ragserve.rag.stores.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
     DOCUMENT_SELECT,
+    VERSION_COLUMNS,
+    VERSION_SELECT,
     chunk_values,
     document_from_row,
     document_values,
+    version_from_row,
+    version_values,
 )
 from ragserve.rag.stores.sql import SqlStore
 
@@ -67,8 +72,11 @@ def access_params(access: AccessFilter) -> dict[str, object]:
 
 
 class PostgresStore(SqlStore):
-    def __init__(self, url: str, dimension: int) -> None:
+    def __init__(
+        self, url: str, dimension: int, versions_kept: int = DEFAULT_VERSIONS_KEPT
+    ) -> None:
         self.dimension = dimension
+        self.versions_kept = versions_kept
         self._db = psycopg.connect(url, autocommit=True)
         # psycopg prepares a statement run five times, and PostgreSQL may then keep one generic
         # plan for any parameters: for a search that is a plan blind to how many chunks the
@@ -190,6 +198,51 @@ class PostgresStore(SqlStore):
         ).fetchall()
         return [AuditEntry.from_row(row) for row in rows]
 
+    def _insert_version(self, document: DocumentRecord, replaced_at: float) -> None:
+        self._db.execute(
+            f"INSERT INTO rs_document_versions ({', '.join(VERSION_COLUMNS)})"
+            f" VALUES ({', '.join('%s' for _ in VERSION_COLUMNS)})",
+            version_values(document, replaced_at),
+        )
+
+    def _versions(self, tenant: str, doc_id: str) -> list[DocumentRecord]:
+        rows = self._db.execute(
+            f"SELECT {VERSION_SELECT}, (SELECT COUNT(*) FROM rs_chunks c"
+            "  WHERE c.tenant = v.tenant AND c.doc_id = v.doc_id AND c.version = v.version)"
+            " FROM rs_document_versions v WHERE v.tenant = %s AND v.doc_id = %s"
+            " ORDER BY v.version DESC",
+            (tenant, doc_id),
+        ).fetchall()
+        return [version_from_row(row) for row in rows]
+
+    def _remove_versions(self, tenant: str, doc_id: str, through: int | None) -> None:
+        if through is None:
+            self._db.execute(
+                "DELETE FROM rs_document_versions WHERE tenant = %s AND doc_id = %s",
+                (tenant, doc_id),
+            )
+            return
+        self._db.execute(
+            "DELETE FROM rs_chunks WHERE tenant = %s AND doc_id = %s AND version IN"
+            " (SELECT version FROM rs_document_versions"
+            "  WHERE tenant = %s AND doc_id = %s AND version <= %s)",
+            (tenant, doc_id, tenant, doc_id, through),
+        )
+        self._db.execute(
+            "DELETE FROM rs_document_versions WHERE tenant = %s AND doc_id = %s AND version <= %s",
+            (tenant, doc_id, through),
+        )
+
+    def _chunk_records(self, tenant: str, doc_id: str, version: int) -> list[ChunkRecord]:
+        rows = self._db.execute(
+            "SELECT chunk_id, doc_id, idx, start, stop, text, content_hash, embedding"
+            " FROM rs_chunks WHERE tenant = %s AND doc_id = %s AND version = %s ORDER BY idx",
+            (tenant, doc_id, version),
+        ).fetchall()
+        return [
+            ChunkRecord(*row[:-1], embedding=row[-1].to_numpy().astype(np.float32)) for row in rows
+        ]
+
     def _documents(
         self,
         access: AccessFilter,
@@ -229,11 +282,11 @@ class PostgresStore(SqlStore):
     def document_chunks(self, access: AccessFilter, doc_id: str) -> list[ScoredChunk]:
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {SCORED_CHUNK_SELECT}, 0.0 FROM {CURRENT_CHUNKS}"
+                f"SELECT {SCORED_CHUNK_SELECT}, 0.0, c.version FROM {CURRENT_CHUNKS}"
                 f" WHERE c.doc_id = %(doc_id)s AND {ACL_CONDITION} ORDER BY c.idx",
                 {"doc_id": doc_id, **access_params(access)},
             ).fetchall()
-        return [ScoredChunk(*row) for row in rows]
+        return [ScoredChunk(*row[:-1], version=row[-1]) for row in rows]
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         wanted = query_terms(query)
@@ -251,21 +304,23 @@ class PostgresStore(SqlStore):
             scored = bm25_top(postings, len(lengths), sum(lengths.values()), k)
             scores = dict(scored)
             rows = db.execute(
-                f"SELECT c.id, {SCORED_CHUNK_SELECT} FROM {CURRENT_CHUNKS}"
+                f"SELECT c.id, {SCORED_CHUNK_SELECT}, c.version FROM {CURRENT_CHUNKS}"
                 f" WHERE c.id = ANY(%(ids)s) AND {ACL_CONDITION}",
                 {"ids": list(scores), **params},
             ).fetchall()
-        by_id = {row[0]: ScoredChunk(*row[1:], score=scores[row[0]]) for row in rows}
+        by_id = {
+            row[0]: ScoredChunk(*row[1:-1], score=scores[row[0]], version=row[-1]) for row in rows
+        }
         return [by_id[key] for key, _ in scored if key in by_id]
 
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
-        columns = f"{SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score"
+        columns = f"{SCORED_CHUNK_SELECT}, 1 - (c.embedding <=> %(q)s) AS score, c.version"
         with self._search() as db:
             rows = db.execute(
                 READABLE_CHUNKS.format(columns=columns) + " ORDER BY score DESC, c.id LIMIT %(k)s",
                 {"q": np.asarray(vector, dtype=np.float32), "k": k, **access_params(access)},
             ).fetchall()
-        return [ScoredChunk(*row) for row in rows]
+        return [ScoredChunk(*row[:-1], version=row[-1]) for row in rows]
 
     @contextmanager
     def _search(self) -> Iterator[psycopg.Connection]:

@@ -43,6 +43,13 @@ CREATE TABLE IF NOT EXISTS rs_postings (
     term TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (chunk, term) INCLUDE (count)
 );
+-- Replaced versions kept (their chunks stay in rs_chunks): what each was and the ACL it had.
+CREATE TABLE IF NOT EXISTS rs_document_versions (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, version INTEGER NOT NULL, owner TEXT NOT NULL,
+    source TEXT NOT NULL, title TEXT NOT NULL, content_hash TEXT NOT NULL,
+    ingested_at DOUBLE PRECISION NOT NULL, text_length INTEGER NOT NULL, acl TEXT NOT NULL,
+    replaced_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, doc_id, version)
+);
 CREATE TABLE IF NOT EXISTS rs_audit (
     seq BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL,
     actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, version INTEGER,

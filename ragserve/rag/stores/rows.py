@@ -1,6 +1,7 @@
 """How documents and chunks map to and from the stores' rows; the domain classes know nothing
 of column order."""
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -76,5 +77,47 @@ def document_from_row(row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> 
         version=values["version"],
         ingested_at=values["ingested_at"],
         num_chunks=row[len(DOCUMENT_COLUMNS)],
+        text_length=values["text_length"],
+    )
+
+
+# The versions table's columns, in the order both stores insert them: a replaced version's
+# document columns, the ACL it had (JSON of Acl.entries) and when it was replaced.
+VERSION_COLUMNS = (
+    "tenant",
+    "doc_id",
+    "version",
+    "owner",
+    "source",
+    "title",
+    "content_hash",
+    "ingested_at",
+    "text_length",
+    "acl",
+    "replaced_at",
+)
+# What both stores select for an earlier version, followed by its chunk count.
+VERSION_SELECT = ", ".join(f"v.{column}" for column in VERSION_COLUMNS)
+
+
+def version_values(document: DocumentRecord, replaced_at: float) -> tuple[Any, ...]:
+    values = {"acl": json.dumps(document.acl.entries()), "replaced_at": replaced_at}
+    return tuple(values.get(c, getattr(document, c, None)) for c in VERSION_COLUMNS)
+
+
+def version_from_row(row: Sequence[Any]) -> DocumentRecord:
+    """From VERSION_SELECT's columns plus the chunk count."""
+    values = dict(zip(VERSION_COLUMNS, row, strict=False))
+    return DocumentRecord(
+        doc_id=values["doc_id"],
+        tenant=values["tenant"],
+        owner=values["owner"],
+        source=values["source"],
+        title=values["title"],
+        content_hash=values["content_hash"],
+        acl=Acl.from_entries(json.loads(values["acl"])),
+        version=values["version"],
+        ingested_at=values["ingested_at"],
+        num_chunks=row[len(VERSION_COLUMNS)],
         text_length=values["text_length"],
     )

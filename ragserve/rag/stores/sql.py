@@ -1,6 +1,13 @@
 """What the two SQL stores share: the transaction skeleton of every write (versioned document
-replace, delete, ACL change), permission checks inside those transactions, and document reads.
-Each backend supplies the statements through the hooks below, in its own SQL dialect."""
+replace, delete, ACL change, restore of an earlier version), permission checks inside those
+transactions, and document reads. Each backend supplies the statements through the hooks
+below, in its own SQL dialect.
+
+Earlier versions: a write that replaces a document keeps the replaced version (its chunks stay
+in the chunks table under their version number, which no search joins, and a row of the
+versions table holds its metadata and the ACL it had), up to `versions_kept` of them per
+document. A reader sees an earlier version only while it may read the document now and the
+version's own ACL admitted it, so a grant made later never opens what was written before it."""
 
 import time
 from abc import ABC, abstractmethod
@@ -8,6 +15,7 @@ from contextlib import AbstractContextManager
 
 from ragserve.audit import AuditAction, AuditEntry
 from ragserve.rag.documents import (
+    DEFAULT_VERSIONS_KEPT,
     AccessFilter,
     Acl,
     ChunkRecord,
@@ -19,6 +27,8 @@ from ragserve.rag.documents import (
 
 class SqlStore(ABC):
     """The write and document-read half of the Store protocol (see ragserve.rag.store)."""
+
+    versions_kept: int = DEFAULT_VERSIONS_KEPT
 
     # Hooks: one statement (or a few) each, run inside _transaction().
 
@@ -71,6 +81,24 @@ class SqlStore(ABC):
         """Newest first, of one tenant or all (None), older than before; limit checked."""
 
     @abstractmethod
+    def _insert_version(self, document: DocumentRecord, replaced_at: float) -> None:
+        """Record a replaced version: its metadata and ACL (its chunks stay where they are)."""
+
+    @abstractmethod
+    def _versions(self, tenant: str, doc_id: str) -> list[DocumentRecord]:
+        """The document's recorded earlier versions, newest first, with the ACL each had and
+        its chunk count."""
+
+    @abstractmethod
+    def _remove_versions(self, tenant: str, doc_id: str, through: int | None) -> None:
+        """Forget the earlier versions numbered through `through` with their chunks, or every
+        version record when None (the chunks then go with _remove_chunks)."""
+
+    @abstractmethod
+    def _chunk_records(self, tenant: str, doc_id: str, version: int) -> list[ChunkRecord]:
+        """One version's chunks in order, with their embeddings."""
+
+    @abstractmethod
     def _documents(
         self,
         access: AccessFilter,
@@ -98,30 +126,103 @@ class SqlStore(ABC):
             old_version = self._stored_version(document.tenant, document.doc_id, for_update=True)
             if writer is not None:
                 self._check_writer(writer, document, old_version, replaces)
-            document.next_version(old_version, chunks)
-            self._insert_chunks(document, chunks)
-            if old_version:
-                self._remove_chunks(document.tenant, document.doc_id, old_version)
-            self._upsert_document(document)
-            if not document.keep_acl:
-                self._replace_acl(document.tenant, document.doc_id, document.acl)
-            self._bump_version()
-            self._mark_changed(document.tenant, document.doc_id)
-            self._append_audit(
-                AuditEntry.of(
-                    document.tenant,
-                    writer.user if writer else document.owner,
-                    AuditAction.DOCUMENT_WRITE,
-                    document.doc_id,
-                    document.ingested_at,
-                    document.version,
-                    source=document.source,
-                    owner=document.owner,
-                    chunks=len(chunks),
-                    content_hash=document.content_hash,
-                    acl=None if document.keep_acl else document.acl.as_json(),
-                )
+            self._write(document, chunks, old_version, writer.user if writer else document.owner)
+
+    def restore_version(
+        self, access: AccessFilter, doc_id: str, version: int
+    ) -> DocumentRecord | None:
+        with self._transaction(write=True):
+            current = self._permitted(access, doc_id, Permission.MANAGE)
+            if current is None:
+                return None
+            self._stored_version(access.tenant, doc_id, for_update=True)
+            earlier = next(
+                (v for v in self._readable_versions(access, current) if v.version == version), None
             )
+            if earlier is None:
+                return None
+            restored = DocumentRecord(
+                doc_id=doc_id,
+                tenant=access.tenant,
+                owner=current.owner,
+                source=earlier.source,
+                title=earlier.title,
+                content_hash=earlier.content_hash,
+                acl=current.acl.common(earlier.acl),
+                text_length=earlier.text_length,
+            )
+            chunks = self._chunk_records(access.tenant, doc_id, version)
+            self._write(restored, chunks, current.version, access.user, restored_from=version)
+            return restored
+
+    def document_versions(self, access: AccessFilter, doc_id: str) -> list[DocumentRecord]:
+        with self._transaction():
+            return self._all_readable_versions(access, doc_id)
+
+    def version_chunks(
+        self, access: AccessFilter, doc_id: str, version: int
+    ) -> list[ChunkRecord] | None:
+        with self._transaction():
+            readable = self._all_readable_versions(access, doc_id)
+            if not any(v.version == version for v in readable):
+                return None
+            return self._chunk_records(access.tenant, doc_id, version)
+
+    def _all_readable_versions(self, access: AccessFilter, doc_id: str) -> list[DocumentRecord]:
+        found = self._documents(access, doc_id)
+        return [found[0], *self._readable_versions(access, found[0])] if found else []
+
+    def _readable_versions(
+        self, access: AccessFilter, current: DocumentRecord
+    ) -> list[DocumentRecord]:
+        """The earlier versions of a document the filter may read now, newest first."""
+        return [
+            v
+            for v in self._versions(current.tenant, current.doc_id)
+            if access.may(v, Permission.READ)
+        ]
+
+    def _write(
+        self,
+        document: DocumentRecord,
+        chunks: list[ChunkRecord],
+        old_version: int,
+        actor: str,
+        **detail: object,
+    ) -> None:
+        """A new version of the document, the replaced one kept as an earlier version."""
+        if old_version:
+            replaced = self._documents(_everything(document.tenant), document.doc_id)[0]
+        document.next_version(old_version, chunks)
+        self._insert_chunks(document, chunks)
+        if old_version and self.versions_kept:
+            self._insert_version(replaced, document.ingested_at)
+            self._remove_versions(
+                document.tenant, document.doc_id, old_version - self.versions_kept
+            )
+        elif old_version:
+            self._remove_chunks(document.tenant, document.doc_id, old_version)
+        self._upsert_document(document)
+        if not document.keep_acl:
+            self._replace_acl(document.tenant, document.doc_id, document.acl)
+        self._bump_version()
+        self._mark_changed(document.tenant, document.doc_id)
+        self._append_audit(
+            AuditEntry.of(
+                document.tenant,
+                actor,
+                AuditAction.DOCUMENT_WRITE,
+                document.doc_id,
+                document.ingested_at,
+                document.version,
+                source=document.source,
+                owner=document.owner,
+                chunks=len(chunks),
+                content_hash=document.content_hash,
+                acl=None if document.keep_acl else document.acl.as_json(),
+                **detail,
+            )
+        )
 
     def delete_document(self, access: AccessFilter, doc_id: str) -> bool:
         with self._transaction(write=True):
@@ -129,6 +230,7 @@ class SqlStore(ABC):
             if document is None:
                 return False
             self._remove_chunks(access.tenant, doc_id)
+            self._remove_versions(access.tenant, doc_id, None)
             self._remove_document(access.tenant, doc_id)
             self._bump_version()
             self._append_audit(
@@ -218,3 +320,7 @@ class SqlStore(ABC):
         """The document if the filter holds at least `needed` on it."""
         found = self._documents(access, doc_id)
         return found[0] if found and access.may(found[0], needed) else None
+
+
+def _everything(tenant: str) -> AccessFilter:
+    return AccessFilter(tenant, "store", everything=True)

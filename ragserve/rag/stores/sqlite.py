@@ -4,8 +4,8 @@ in numpy.
 The ACL condition is part of every read query (a join against the ACL rows). Keyword search
 reads the postings of the query's terms for permitted chunks only, with the permitted chunks'
 count and length, and scores them with rag.keyword. Vector search asks SQLite for the permitted
-chunk ids, then scores only those rows of an in-memory matrix of all embeddings, reloaded when
-the index version moves.
+chunk ids, then scores only those rows of an in-memory matrix of every current chunk's
+embedding, reloaded when the index version moves.
 """
 
 import json
@@ -25,6 +25,7 @@ from ragserve.audit import (
     sqlite_audit_rows,
 )
 from ragserve.rag.documents import (
+    DEFAULT_VERSIONS_KEPT,
     AccessFilter,
     Acl,
     ChunkRecord,
@@ -32,6 +33,7 @@ from ragserve.rag.documents import (
     ScoredChunk,
 )
 from ragserve.rag.keyword import bm25_top, query_terms, term_counts
+from ragserve.rag.stores import sqlite_versions
 from ragserve.rag.stores.rows import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -41,6 +43,7 @@ from ragserve.rag.stores.rows import (
     document_values,
 )
 from ragserve.rag.stores.sql import SqlStore
+from ragserve.rag.stores.sqlite_matrix import EmbeddingMatrix
 from ragserve.rag.stores.sqlite_schema import insert_postings, migrate
 from ragserve.sqlite_db import connect, restore_database, transaction
 
@@ -74,10 +77,13 @@ def access_params(access: AccessFilter) -> dict[str, object]:
 
 
 class SqliteStore(SqlStore):
-    def __init__(self, path: str | Path, dimension: int) -> None:
+    def __init__(
+        self, path: str | Path, dimension: int, versions_kept: int = DEFAULT_VERSIONS_KEPT
+    ) -> None:
         path = Path(path)
         self.path = path
         self.dimension = dimension
+        self.versions_kept = versions_kept
         self._db = connect(path)
         self._lock = threading.RLock()
         migrate(self._db, self._lock)
@@ -90,9 +96,7 @@ class SqliteStore(SqlStore):
         stored = int(self._meta("dimension"))
         if stored != dimension:
             raise ValueError(f"{path} holds {stored}-dimensional embeddings, not {dimension}")
-        self._matrix_version = ""
-        self._rowids = np.empty(0, dtype=np.int64)
-        self._matrix = np.empty((0, dimension), dtype=np.float32)
+        self._vectors = EmbeddingMatrix(dimension)
 
     def _transaction(self, write: bool = False) -> AbstractContextManager[sqlite3.Connection]:
         return transaction(self._db, self._lock, write)
@@ -143,7 +147,7 @@ class SqliteStore(SqlStore):
             trail = sqlite_audit_rows(self._db)
 
         def prepare(staged: Path) -> None:
-            restored = SqliteStore(staged, self.dimension)  # migrates; checks the dimension
+            restored = SqliteStore(staged, self.dimension, self.versions_kept)  # migrates
             try:
                 with restored._transaction(write=True) as db:
                     version = max(live_version, int(restored._meta("index_version"))) + 1
@@ -216,6 +220,21 @@ class SqliteStore(SqlStore):
     def _audit(self, tenant: str | None, before: float | None, limit: int) -> list[AuditEntry]:
         return read_sqlite(self._db, tenant, before, limit)
 
+    def _insert_version(self, document: DocumentRecord, replaced_at: float) -> None:
+        sqlite_versions.insert(self._db, document, replaced_at)
+
+    def _versions(self, tenant: str, doc_id: str) -> list[DocumentRecord]:
+        return sqlite_versions.listed(self._db, tenant, doc_id)
+
+    def _remove_versions(self, tenant: str, doc_id: str, through: int | None) -> None:
+        if through is not None:
+            for version in sqlite_versions.numbers(self._db, tenant, doc_id, through):
+                self._remove_chunks(tenant, doc_id, version)
+        sqlite_versions.forget(self._db, tenant, doc_id, through)
+
+    def _chunk_records(self, tenant: str, doc_id: str, version: int) -> list[ChunkRecord]:
+        return sqlite_versions.chunk_records(self._db, tenant, doc_id, version)
+
     def _documents(
         self,
         access: AccessFilter,
@@ -257,11 +276,11 @@ class SqliteStore(SqlStore):
         with self._transaction():
             rows = self._db.execute(
                 "SELECT c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop, c.text,"
-                f" 0.0 FROM {CURRENT_CHUNKS} WHERE c.doc_id = :doc_id AND {ACL_CONDITION}"
-                " ORDER BY c.idx",
+                f" 0.0, c.version FROM {CURRENT_CHUNKS}"
+                f" WHERE c.doc_id = :doc_id AND {ACL_CONDITION} ORDER BY c.idx",
                 {"doc_id": doc_id, **access_params(access)},
             ).fetchall()
-        return [ScoredChunk(*row) for row in rows]
+        return [ScoredChunk(*row[:-1], version=row[-1]) for row in rows]
 
     def keyword_search(self, access: AccessFilter, query: str, k: int) -> list[ScoredChunk]:
         wanted = query_terms(query)
@@ -288,16 +307,18 @@ class SqliteStore(SqlStore):
         scores = dict(scored)
         found = self._db.execute(
             "SELECT c.rowid, c.chunk_id, c.doc_id, d.title, d.source, c.idx, c.start, c.stop,"
-            f" c.text FROM {CURRENT_CHUNKS} WHERE c.rowid IN"
+            f" c.text, c.version FROM {CURRENT_CHUNKS} WHERE c.rowid IN"
             f" (SELECT value FROM json_each(:rowids)) AND {ACL_CONDITION}",
             {"rowids": json.dumps(list(scores)), **access_params(access)},
         ).fetchall()
-        by_rowid = {row[0]: ScoredChunk(*row[1:], score=scores[row[0]]) for row in found}
+        by_rowid = {
+            row[0]: ScoredChunk(*row[1:-1], score=scores[row[0]], version=row[-1]) for row in found
+        }
         return [by_rowid[rowid] for rowid, _ in scored if rowid in by_rowid]
 
     def vector_search(self, access: AccessFilter, vector: np.ndarray, k: int) -> list[ScoredChunk]:
         with self._transaction():
-            self._refresh_matrix()
+            self._vectors.refresh(self._db, self._meta("index_version"), CURRENT_CHUNKS)
             permitted = np.sort(
                 np.array(
                     [
@@ -312,25 +333,4 @@ class SqliteStore(SqlStore):
             )
             if not len(permitted):
                 return []
-            rows = np.searchsorted(self._rowids, permitted)
-            # einsum's loop computes each row's dot product alone, the same way whatever else
-            # is in the batch (BLAS would block rows, and a row's rounding could move with
-            # the number of permitted rows); ties go to the older chunk (stable sort).
-            scores = np.einsum("ij,j->i", self._matrix[rows], np.asarray(vector, np.float32))
-            top = np.argsort(-scores, kind="stable")[:k]
-            return self._scored_rows(access, [(int(permitted[i]), float(scores[i])) for i in top])
-
-    def _refresh_matrix(self) -> None:
-        version = self._meta("index_version")
-        if version == self._matrix_version:
-            return
-        rows = self._db.execute("SELECT rowid, embedding FROM chunks ORDER BY rowid").fetchall()
-        self._rowids = np.array([r[0] for r in rows], dtype=np.int64)
-        self._matrix = (
-            np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
-                len(rows), self.dimension
-            )
-            if rows
-            else np.empty((0, self.dimension), dtype=np.float32)
-        )
-        self._matrix_version = version
+            return self._scored_rows(access, self._vectors.top(permitted, vector, k))

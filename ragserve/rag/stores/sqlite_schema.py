@@ -29,6 +29,13 @@ CREATE TABLE IF NOT EXISTS chunks (
     tokens INTEGER NOT NULL DEFAULT 0, embedding BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
+-- Replaced versions kept (their chunks stay in chunks): what each was and the ACL it had.
+CREATE TABLE IF NOT EXISTS document_versions (
+    tenant TEXT NOT NULL, doc_id TEXT NOT NULL, version INTEGER NOT NULL, owner TEXT NOT NULL,
+    source TEXT NOT NULL, title TEXT NOT NULL, content_hash TEXT NOT NULL,
+    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, acl TEXT NOT NULL,
+    replaced_at REAL NOT NULL, PRIMARY KEY (tenant, doc_id, version)
+);
 """
 
 # Created after the chunks table has its `tokens` column (older stores gain it on open).
