@@ -302,3 +302,21 @@ def test_sync_commands_follow_a_folder(tmp_path):
     assert run("sync", "run", "nope", *data).returncode == 2
     assert run("sync", "remove", "share", *data).returncode == 0
     assert json.loads(run("sync", "list", *data, "--json").stdout) == []
+
+
+def test_docs_versions_and_restore(tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr("ragserve.services.build_embedder", lambda settings: embedder)
+    data = ["--data-dir", str(tmp_path / "data")]
+    policy = tmp_path / "policy.md"
+    policy.write_text("# Policy\n\nVisitors sign in at the front desk.\n")
+    assert run("ingest", str(policy), "--group", "staff", *data).returncode == 0
+    policy.write_text("# Policy\n\nVisitors sign in at the new kiosk.\n")
+    assert run("ingest", str(policy), "--group", "staff", *data).returncode == 0
+    doc_id = json.loads(run("docs", "list", *data, "--json").stdout)[0]["id"]
+    versions = json.loads(run("docs", "versions", doc_id, *data, "--json").stdout)
+    assert [(v["version"], v["current"]) for v in versions] == [(2, True), (1, False)]
+    restored = run("docs", "restore", doc_id, "1", *data, "--json")
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout)[0]["version"] == 3
+    missing = run("docs", "restore", doc_id, "7", *data)
+    assert missing.returncode == 1 and "no earlier version 7" in missing.stdout

@@ -237,3 +237,51 @@ def docs_acl(
     except NotFound:
         raise _no_document(doc_id, tenant) from None
     _print_documents([document], who, as_json)
+
+
+@docs_app.command("versions")
+def docs_versions(
+    doc_id: str,
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A document's current and kept earlier versions, newest first."""
+    documents, who = _operator(tenant, data_dir, config, store)
+    try:
+        versions = documents.versions(who, doc_id)
+    except NotFound:
+        raise _no_document(doc_id, tenant) from None
+    if as_json:
+        rows = [
+            {"version": v.version, "current": v is versions[0], "ingested_at": v.ingested_at}
+            | {"num_chunks": v.num_chunks, "content_hash": v.content_hash}
+            | {"acl": v.acl.as_json()}
+            for v in versions
+        ]
+        print(json.dumps(rows))
+        return
+    _print_documents(versions, who, as_json=False)
+
+
+@docs_app.command("restore")
+def docs_restore(
+    doc_id: str,
+    version: Annotated[int, typer.Argument(help="The earlier version to write back.")],
+    tenant: TenantOption = "default",
+    store: StoreOption = None,
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write an earlier version back as the newest (its ACL: the grants the current ACL and
+    the version's both make)."""
+    documents, who = _operator(tenant, data_dir, config, store)
+    try:
+        restored = documents.restore(who, doc_id, version)
+    except NotFound as error:
+        console.print(f"[red]error:[/red] {error.message}")
+        raise typer.Exit(1) from None
+    _print_documents([restored], who, as_json)
