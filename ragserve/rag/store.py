@@ -92,6 +92,11 @@ class Store(Protocol):
         access."""
         ...
 
+    def set_acls(self, access: AccessFilter, changes: list[tuple[str, Acl]]) -> list[str]:
+        """set_acl for each (doc_id, acl) in one transaction (a source whose ACL map changed
+        re-permissions thousands of documents); the ids changed, in order."""
+        ...
+
     def audit_log(
         self, tenant: str | None, limit: int = 100, before: float | None = None
     ) -> list[AuditEntry]:

@@ -146,11 +146,12 @@ class SourceRegistry:
             ).fetchall()
         return {row[0]: ItemState(*row[1:]) for row in rows}
 
-    def saw(self, config: SourceConfig, path: str, state: ItemState) -> None:
+    def saw(self, config: SourceConfig, seen: list[tuple[str, ItemState]]) -> None:
+        """Record what a sync saw of these items (path, state), in one transaction."""
         with transaction(self._db, self._lock, write=True) as db:
-            db.execute(
+            db.executemany(
                 "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)",
-                (config.tenant, config.name, path, *astuple(state)),
+                [(config.tenant, config.name, path, *astuple(state)) for path, state in seen],
             )
 
     def forget(self, config: SourceConfig, path: str) -> None:

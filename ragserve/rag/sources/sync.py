@@ -30,6 +30,8 @@ from ragserve.rag.sources.registry import ItemState, SourceConfig, SourceRegistr
 from ragserve.rag.sources.web import WebConnector
 from ragserve.rag.store import Store
 
+REPERMIT_BATCH = 500
+
 
 @dataclass
 class SyncReport:
@@ -80,6 +82,7 @@ class SourceSync:
         }
         pending: dict[str, list[tuple[SourceItem, str]]] = {}
         acls: dict[str, Acl] = {}
+        repermitted: list[tuple[str, Acl, ItemState]] = []
         for path, item in items.items():
             acl, doc_id = acl_map.acl_for(path), source_doc_id(config, path)
             digest = acl_digest(acl)
@@ -88,24 +91,25 @@ class SourceSync:
                 report.failed.append({"path": path, "reason": item.error})
             elif state is not None and doc_id in stored and _unchanged(state, item):
                 if state.acl_digest != digest:
-                    self.store.set_acl(operator, doc_id, acl)
-                    self.registry.saw(config, path, ItemState(doc_id, item.stamp, digest))
-                    report.repermissioned += 1
+                    repermitted.append((path, acl, ItemState(doc_id, item.stamp, digest)))
                 else:
                     report.unchanged += 1
             else:
                 acls[digest] = acl
                 pending.setdefault(digest, []).append((item, doc_id))
+        report.repermissioned = self._repermit(config, operator, repermitted)
         done = len(items) - sum(len(group) for group in pending.values())
         for digest, group in pending.items():
             results = self._ingest(config, group, acls[digest], operator)
+            written = []
             for (item, doc_id), result in zip(group, results, strict=True):
                 self._count(report, result, doc_id in stored)
                 if result.ok:
-                    self.registry.saw(config, item.path, ItemState(doc_id, item.stamp, digest))
+                    written.append((item.path, ItemState(doc_id, item.stamp, digest)))
                 done += 1
                 if progress is not None:
                     progress(done, len(items))
+            self.registry.saw(config, written)
         if connector.complete:
             current = {source_doc_id(config, path) for path in items}
             for doc_id in sorted(stored - current):
@@ -119,6 +123,21 @@ class SourceSync:
         report.finished_at = time.time()
         self.registry.report(config, report.as_json())
         return report
+
+    def _repermit(
+        self,
+        config: SourceConfig,
+        operator: AccessFilter,
+        changes: list[tuple[str, Acl, ItemState]],
+    ) -> int:
+        """New ACLs for unchanged items whose path's grants changed, a few hundred documents
+        per store transaction (one per document made a re-sync of thousands wait on as many
+        commits); each batch recorded once stored."""
+        for first in range(0, len(changes), REPERMIT_BATCH):
+            batch = changes[first : first + REPERMIT_BATCH]
+            self.store.set_acls(operator, [(state.doc_id, acl) for _, acl, state in batch])
+            self.registry.saw(config, [(path, state) for path, _, state in batch])
+        return len(changes)
 
     @staticmethod
     def connector(config: SourceConfig) -> Connector:
@@ -144,9 +163,14 @@ class SourceSync:
         documents = []
         for item, doc_id in group:
             try:
-                documents.append(
-                    SourceDocument(item.path, data=item.read(), doc_id=doc_id, kind=item.kind)
+                read = SourceDocument(
+                    item.path,
+                    item.read(),
+                    doc_id=doc_id,
+                    kind=item.kind,
+                    modified_at=item.modified_at,
                 )
+                documents.append(read)
             except OSError as error:
                 reason = f"{item.path}: cannot read ({error.strerror or error})"
                 documents.append(SourceDocument(item.path, doc_id=doc_id, error=reason))

@@ -246,11 +246,11 @@ class PostgresStore(SqlStore):
     def _documents(
         self,
         access: AccessFilter,
-        doc_id: str | None,
+        doc_ids: list[str] | None,
         after: str | None = None,
         limit: int | None = None,
     ) -> list[DocumentRecord]:
-        where = ACL_CONDITION + (" AND d.doc_id = %(doc_id)s" if doc_id else "")
+        where = ACL_CONDITION + (" AND d.doc_id = ANY(%(doc_ids)s)" if doc_ids is not None else "")
         where += " AND d.doc_id > %(after)s" if after is not None else ""
         rows = self._db.execute(
             f"SELECT {DOCUMENT_SELECT},"
@@ -260,7 +260,7 @@ class PostgresStore(SqlStore):
             "  WHERE a.tenant = d.tenant AND a.doc_id = d.doc_id)"
             f" FROM rs_documents d WHERE {where} ORDER BY d.doc_id"
             + (" LIMIT %(limit)s" if limit is not None else ""),
-            {"doc_id": doc_id, "after": after, "limit": limit, **access_params(access)},
+            {"doc_ids": doc_ids, "after": after, "limit": limit, **access_params(access)},
         ).fetchall()
         documents = []
         for row in rows:

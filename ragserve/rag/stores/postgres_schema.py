@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS rs_documents (
     PRIMARY KEY (tenant, doc_id)
 );
 ALTER TABLE rs_documents ADD COLUMN IF NOT EXISTS changed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE rs_documents ADD COLUMN IF NOT EXISTS source_modified_at DOUBLE PRECISION;
 CREATE TABLE IF NOT EXISTS rs_doc_acl (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
     kind TEXT NOT NULL CHECK (kind IN ('user', 'group')), name TEXT NOT NULL,
@@ -47,7 +48,8 @@ CREATE TABLE IF NOT EXISTS rs_postings (
 CREATE TABLE IF NOT EXISTS rs_document_versions (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL, version INTEGER NOT NULL, owner TEXT NOT NULL,
     source TEXT NOT NULL, title TEXT NOT NULL, content_hash TEXT NOT NULL,
-    ingested_at DOUBLE PRECISION NOT NULL, text_length INTEGER NOT NULL, acl TEXT NOT NULL,
+    ingested_at DOUBLE PRECISION NOT NULL, text_length INTEGER NOT NULL,
+    source_modified_at DOUBLE PRECISION, acl TEXT NOT NULL,
     replaced_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, doc_id, version)
 );
 CREATE TABLE IF NOT EXISTS rs_audit (

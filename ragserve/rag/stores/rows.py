@@ -20,6 +20,7 @@ DOCUMENT_COLUMNS = (
     "version",
     "ingested_at",
     "text_length",
+    "source_modified_at",
 )
 # What both stores select for a document, followed by its chunk count.
 DOCUMENT_SELECT = ", ".join(f"d.{column}" for column in DOCUMENT_COLUMNS)
@@ -78,6 +79,7 @@ def document_from_row(row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> 
         ingested_at=values["ingested_at"],
         num_chunks=row[len(DOCUMENT_COLUMNS)],
         text_length=values["text_length"],
+        source_modified_at=values["source_modified_at"],
     )
 
 
@@ -93,6 +95,7 @@ VERSION_COLUMNS = (
     "content_hash",
     "ingested_at",
     "text_length",
+    "source_modified_at",
     "acl",
     "replaced_at",
 )
@@ -120,4 +123,5 @@ def version_from_row(row: Sequence[Any]) -> DocumentRecord:
         ingested_at=values["ingested_at"],
         num_chunks=row[len(VERSION_COLUMNS)],
         text_length=values["text_length"],
+        source_modified_at=values["source_modified_at"],
     )

@@ -102,12 +102,12 @@ class SqlStore(ABC):
     def _documents(
         self,
         access: AccessFilter,
-        doc_id: str | None,
+        doc_ids: list[str] | None,
         after: str | None = None,
         limit: int | None = None,
     ) -> list[DocumentRecord]:
-        """The documents the filter admits, with ACLs, by doc_id: one (doc_id), or those after
-        `after` (all when None), at most limit (all when None)."""
+        """The documents the filter admits, with ACLs, by doc_id: those named (doc_ids), or
+        those after `after` (all when None), at most limit (all when None)."""
 
     # The protocol's methods, the same for every backend.
 
@@ -150,6 +150,7 @@ class SqlStore(ABC):
                 content_hash=earlier.content_hash,
                 acl=current.acl.common(earlier.acl),
                 text_length=earlier.text_length,
+                source_modified_at=earlier.source_modified_at,
             )
             chunks = self._chunk_records(access.tenant, doc_id, version)
             self._write(restored, chunks, current.version, access.user, restored_from=version)
@@ -169,7 +170,7 @@ class SqlStore(ABC):
             return self._chunk_records(access.tenant, doc_id, version)
 
     def _all_readable_versions(self, access: AccessFilter, doc_id: str) -> list[DocumentRecord]:
-        found = self._documents(access, doc_id)
+        found = self._documents(access, [doc_id])
         return [found[0], *self._readable_versions(access, found[0])] if found else []
 
     def _readable_versions(
@@ -192,7 +193,7 @@ class SqlStore(ABC):
     ) -> None:
         """A new version of the document, the replaced one kept as an earlier version."""
         if old_version:
-            replaced = self._documents(_everything(document.tenant), document.doc_id)[0]
+            replaced = self._documents(_everything(document.tenant), [document.doc_id])[0]
         document.next_version(old_version, chunks)
         self._insert_chunks(document, chunks)
         if old_version and self.versions_kept:
@@ -247,26 +248,34 @@ class SqlStore(ABC):
         return True
 
     def set_acl(self, access: AccessFilter, doc_id: str, acl: Acl) -> bool:
+        return bool(self.set_acls(access, [(doc_id, acl)]))
+
+    def set_acls(self, access: AccessFilter, changes: list[tuple[str, Acl]]) -> list[str]:
         with self._transaction(write=True):
-            document = self._permitted(access, doc_id, Permission.MANAGE)
-            if document is None:
-                return False
-            self._replace_acl(access.tenant, doc_id, acl)
-            self._bump_version()
-            self._mark_changed(access.tenant, doc_id)
-            self._append_audit(
-                AuditEntry.of(
-                    access.tenant,
-                    access.user,
-                    AuditAction.ACL_CHANGE,
-                    doc_id,
-                    time.time(),
-                    document.version,
-                    acl=acl.as_json(),
-                    previous=document.acl.as_json(),
+            found = {d.doc_id: d for d in self._documents(access, [i for i, _ in changes])}
+            changed = []
+            for doc_id, acl in changes:
+                document = found.get(doc_id)
+                if not access.may(document, Permission.MANAGE):
+                    continue
+                if not changed:
+                    self._bump_version()  # one new stamp for every document the batch changes
+                self._replace_acl(access.tenant, doc_id, acl)
+                self._mark_changed(access.tenant, doc_id)
+                self._append_audit(
+                    AuditEntry.of(
+                        access.tenant,
+                        access.user,
+                        AuditAction.ACL_CHANGE,
+                        doc_id,
+                        time.time(),
+                        document.version,
+                        acl=acl.as_json(),
+                        previous=document.acl.as_json(),
+                    )
                 )
-            )
-        return True
+                changed.append(doc_id)
+        return changed
 
     def visible_version(self, access: AccessFilter) -> str:
         """Every write and ACL change stamps its document with a new, highest index version.
@@ -286,7 +295,7 @@ class SqlStore(ABC):
 
     def get_document(self, access: AccessFilter, doc_id: str) -> DocumentRecord | None:
         with self._transaction():
-            found = self._documents(access, doc_id)
+            found = self._documents(access, [doc_id])
         return found[0] if found else None
 
     def list_documents(
@@ -318,7 +327,7 @@ class SqlStore(ABC):
         self, access: AccessFilter, doc_id: str, needed: Permission
     ) -> DocumentRecord | None:
         """The document if the filter holds at least `needed` on it."""
-        found = self._documents(access, doc_id)
+        found = self._documents(access, [doc_id])
         return found[0] if found and access.may(found[0], needed) else None
 
 

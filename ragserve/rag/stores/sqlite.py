@@ -238,11 +238,13 @@ class SqliteStore(SqlStore):
     def _documents(
         self,
         access: AccessFilter,
-        doc_id: str | None,
+        doc_ids: list[str] | None,
         after: str | None = None,
         limit: int | None = None,
     ) -> list[DocumentRecord]:
-        where = ACL_CONDITION + (" AND d.doc_id = :doc_id" if doc_id else "")
+        where = ACL_CONDITION
+        if doc_ids is not None:
+            where += " AND d.doc_id IN (SELECT value FROM json_each(:doc_ids))"
         where += " AND d.doc_id > :after" if after is not None else ""
         rows = self._db.execute(
             f"SELECT {DOCUMENT_SELECT},"
@@ -250,7 +252,12 @@ class SqliteStore(SqlStore):
             "  AND c.version = d.version)"
             f" FROM documents d WHERE {where} ORDER BY d.doc_id"
             + (" LIMIT :limit" if limit is not None else ""),
-            {"doc_id": doc_id, "after": after, "limit": limit, **access_params(access)},
+            {
+                "doc_ids": json.dumps(doc_ids),
+                "after": after,
+                "limit": limit,
+                **access_params(access),
+            },
         ).fetchall()
         documents = []
         for row in rows:

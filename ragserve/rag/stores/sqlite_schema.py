@@ -13,7 +13,7 @@ CREATE TABLE IF NOT EXISTS documents (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL, owner TEXT NOT NULL, source TEXT NOT NULL,
     title TEXT NOT NULL, content_hash TEXT NOT NULL, version INTEGER NOT NULL,
     ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, changed INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, doc_id)
+    source_modified_at REAL, PRIMARY KEY (tenant, doc_id)
 );
 CREATE TABLE IF NOT EXISTS doc_acl (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL,
@@ -33,7 +33,8 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, doc_id, version);
 CREATE TABLE IF NOT EXISTS document_versions (
     tenant TEXT NOT NULL, doc_id TEXT NOT NULL, version INTEGER NOT NULL, owner TEXT NOT NULL,
     source TEXT NOT NULL, title TEXT NOT NULL, content_hash TEXT NOT NULL,
-    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, acl TEXT NOT NULL,
+    ingested_at REAL NOT NULL, text_length INTEGER NOT NULL, source_modified_at REAL,
+    acl TEXT NOT NULL,
     replaced_at REAL NOT NULL, PRIMARY KEY (tenant, doc_id, version)
 );
 """
@@ -72,6 +73,8 @@ def migrate(db: sqlite3.Connection, lock: threading.RLock) -> None:
             )
         if "changed" not in _columns(db, "documents"):  # before visible_version
             db.execute("ALTER TABLE documents ADD COLUMN changed INTEGER NOT NULL DEFAULT 0")
+        if "source_modified_at" not in _columns(db, "documents"):  # before synced sources
+            db.execute("ALTER TABLE documents ADD COLUMN source_modified_at REAL")
         if "tokens" not in _columns(db, "chunks"):
             db.execute("ALTER TABLE chunks ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0")
         for statement in KEYWORD_SCHEMA.split(";"):
