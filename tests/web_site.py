@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+LAST_MODIFIED = "Wed, 02 Dec 2026 10:00:00 GMT"
+
 
 def page(title: str, body: str, links: tuple[str, ...] = ()) -> tuple[str, str]:
     anchors = "".join(f'<li><a href="{href}">{href}</a></li>' for href in links)
@@ -53,6 +55,7 @@ class Site:
                     self.send_response(200)
                     self.send_header("Content-Type", kind)
                     self.send_header("ETag", etag)
+                    self.send_header("Last-Modified", LAST_MODIFIED)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)

@@ -150,6 +150,9 @@ class DocumentRecord:
     ingested_at: float = 0.0
     num_chunks: int = 0
     text_length: int = 0
+    # When the source last changed it (a synced file's modified time, a page's Last-Modified);
+    # None when unknown (an upload).
+    source_modified_at: float | None = None
     # On a write: leave the stored ACL as it is instead of writing `acl` (a re-ingest by
     # someone who may write the document but not manage its access).
     keep_acl: bool = False
@@ -246,6 +249,7 @@ def document_json(document: "DocumentRecord", access: AccessFilter) -> dict[str,
         "text_length": document.text_length,
         "content_hash": document.content_hash,
         "ingested_at": document.ingested_at,
+        "source_modified_at": document.source_modified_at,
     }
 
 

@@ -58,6 +58,8 @@ class SourceDocument:
     doc_id: str | None = None
     kind: str | None = None
     error: str | None = None
+    # When its source last changed it (a synced file's modified time), if known.
+    modified_at: float | None = None
 
 
 def default_doc_id(tenant: str, owner: str, source: str) -> str:
@@ -183,6 +185,7 @@ class Ingestor:
             content_hash=content_hash(parsed.text),
             acl=acl or Acl(),
             text_length=len(parsed.text),
+            source_modified_at=item.modified_at,
             keep_acl=acl is None,
         )
         known = self.store.chunk_embeddings(tenant, doc_id)

@@ -200,6 +200,8 @@ class Document(Body):
     text_length: int
     content_hash: str
     ingested_at: float
+    # When its source last changed it (synced documents), else null.
+    source_modified_at: float | None
 
 
 class StoredOutOfSight(Body):

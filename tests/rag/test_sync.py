@@ -61,6 +61,8 @@ def test_a_resync_does_only_what_changed(syncing, folder):
     assert (first.added, first.changed, first.deleted, first.failed) == (15, 0, 0, [])
     assert first.embedded_chunks > 15
     assert readable(store, "hr") == {f"hr/salary{n}.txt" for n in range(3)}
+    note = store.get_document(EVERYTHING, source_doc_id(config, "notes/note0.md"))
+    assert note.source_modified_at == (folder / "notes" / "note0.md").stat().st_mtime
     again = sync.run(config)
     assert (again.unchanged, again.added, again.changed, again.embedded_chunks) == (15, 0, 0, 0)
 

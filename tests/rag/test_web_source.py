@@ -84,6 +84,8 @@ def test_a_crawl_follows_the_site_and_a_resync_costs_a_304_per_page(site, syncin
     first = sync.run(config)
     pages = {site.base + p for p in ("/", "/handbook", "/policy", "/notes.txt")}
     assert indexed(store) == pages, "the redirected URL is the handbook, indexed once"
+    stored = store.list_documents(EVERYTHING)
+    assert {d.source_modified_at for d in stored} == {1796205600.0}, "its Last-Modified"
     assert (first.added, first.changed, first.deleted) == (4, 0, 0)
     assert [f["path"] for f in first.failed] == [site.base + "/loop-a"]
     assert "redirect loop" in first.failed[0]["reason"]

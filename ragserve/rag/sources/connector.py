@@ -23,6 +23,8 @@ class SourceItem:
     unchanged: bool = False
     # The item exists but could not be fetched; its indexed version stays.
     error: str | None = None
+    # When the source says the item last changed (seconds since the epoch), if it says.
+    modified_at: float | None = None
 
 
 class Connector(Protocol):

@@ -39,4 +39,5 @@ class FolderConnector:
             if any(fnmatch(relative, g) for g in self.exclude):
                 continue
             stat = entry.stat()
-            yield SourceItem(relative, f"{stat.st_mtime_ns}:{stat.st_size}", entry.read_bytes)
+            stamp = f"{stat.st_mtime_ns}:{stat.st_size}"
+            yield SourceItem(relative, stamp, entry.read_bytes, modified_at=stat.st_mtime)

@@ -15,6 +15,7 @@ the start URL reaches on the same host within max_depth links; at most max_pages
 - include and exclude globs match the URL's path (with its query).
 """
 
+import email.utils
 import hashlib
 import json
 import logging
@@ -154,7 +155,14 @@ class WebConnector:
         links = _links(fetched.body, fetched.url) if fetched.kind == "html" else []
         stamp = _Stamp(*fetched.validators, hashlib.sha256(fetched.body).hexdigest(), links)
         body = fetched.body
-        return SourceItem(fetched.url, stamp.write(), lambda: body, kind=fetched.kind), links
+        item = SourceItem(
+            fetched.url,
+            stamp.write(),
+            lambda: body,
+            kind=fetched.kind,
+            modified_at=_epoch(fetched.validators[1]),
+        )
+        return item, links
 
     def _get(self, url: str, before: "_Stamp | None") -> _Fetched:
         # The validators are the URL's own: a redirect's target is asked for whole.
@@ -266,6 +274,16 @@ class _Stamp:
         except (ValueError, TypeError):
             return None
         return cls(etag, last_modified, digest, links)
+
+
+def _epoch(http_date: str | None) -> float | None:
+    """A Last-Modified header in seconds since the epoch; None when absent or unreadable."""
+    if not http_date:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(http_date).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _nothing() -> bytes:
