@@ -1,7 +1,10 @@
 """Kill -9 during source syncs: does the index still converge to the source?
 
 A folder of generated Markdown files is followed as a source (tenant "crashed"). Each round a
-child process runs `ragserve sync run` and is killed with SIGKILL at a random moment; between
+child process runs `ragserve sync run` and is killed with SIGKILL at a random moment: 2-5 s
+after it starts, or, once a sync has run to its end before its kill, in the second half of
+that sync's time (later rounds sync a few files, in about the time the process takes to start
+and load the embedder, and a fixed window would miss them); between
 rounds the folder changes (files edited, deleted and added) and every fifth round the ACL map
 changes. After the last round one sync runs to its end, and the same folder is synced once,
 uninterrupted, into tenant "clean" of the same store. The two must hold the same documents by
@@ -68,10 +71,15 @@ def run(
     crashed = SourceConfig("share", str(folder), "crashed", "admin", rules)
     registry.add(crashed)
     present, next_n = set(range(files)), files
+    window = (2.0, 5.0)
     for round_ in range(rounds):
         if status is not None:
             status(f"round {round_ + 1} of {rounds}")
-        finished = _sync(settings, crashed, kill_after_s=rng.uniform(2.0, 5.0))
+        started = time.monotonic()
+        finished = _sync(settings, crashed, kill_after_s=rng.uniform(*window))
+        if finished:
+            took = time.monotonic() - started
+            window = (took / 2, took)
         report.kills += 1
         report.mid_sync_kills += not finished
         for n in rng.sample(sorted(present), 6):

@@ -67,20 +67,13 @@ def document_values(document: DocumentRecord) -> tuple[Any, ...]:
 def document_from_row(row: Sequence[Any], acl_rows: Iterable[Sequence[Any]]) -> DocumentRecord:
     """From DOCUMENT_SELECT's columns plus the chunk count, and (kind, name, permission) rows."""
     values = dict(zip(DOCUMENT_COLUMNS, row, strict=False))
-    return DocumentRecord(
-        doc_id=values["doc_id"],
-        tenant=values["tenant"],
-        owner=values["owner"],
-        source=values["source"],
-        title=values["title"],
-        content_hash=values["content_hash"],
-        acl=Acl.from_entries(acl_rows),
-        version=values["version"],
-        ingested_at=values["ingested_at"],
-        num_chunks=row[len(DOCUMENT_COLUMNS)],
-        text_length=values["text_length"],
-        source_modified_at=values["source_modified_at"],
-    )
+    return _record(values, Acl.from_entries(acl_rows), row[len(DOCUMENT_COLUMNS)])
+
+
+def _record(values: dict[str, Any], acl: Acl, num_chunks: int) -> DocumentRecord:
+    """A document (or an earlier version) from its columns by name."""
+    columns = {c: values[c] for c in DOCUMENT_COLUMNS}
+    return DocumentRecord(**columns, acl=acl, num_chunks=num_chunks)
 
 
 # The versions table's columns, in the order both stores insert them: a replaced version's
@@ -111,17 +104,5 @@ def version_values(document: DocumentRecord, replaced_at: float) -> tuple[Any, .
 def version_from_row(row: Sequence[Any]) -> DocumentRecord:
     """From VERSION_SELECT's columns plus the chunk count."""
     values = dict(zip(VERSION_COLUMNS, row, strict=False))
-    return DocumentRecord(
-        doc_id=values["doc_id"],
-        tenant=values["tenant"],
-        owner=values["owner"],
-        source=values["source"],
-        title=values["title"],
-        content_hash=values["content_hash"],
-        acl=Acl.from_entries(json.loads(values["acl"])),
-        version=values["version"],
-        ingested_at=values["ingested_at"],
-        num_chunks=row[len(VERSION_COLUMNS)],
-        text_length=values["text_length"],
-        source_modified_at=values["source_modified_at"],
-    )
+    acl = Acl.from_entries(json.loads(values["acl"]))
+    return _record(values, acl, row[len(VERSION_COLUMNS)])
