@@ -125,3 +125,24 @@ def test_a_missing_folder_deletes_nothing(syncing, folder):
     with pytest.raises(FileNotFoundError):
         sync.run(config)
     assert len(store.list_documents(EVERYTHING)) == 15
+
+
+def test_the_source_s_documents_are_found_by_their_id_prefix_alone(syncing, folder, monkeypatch):
+    """A sync reads the tenant's listing from its prefix on, page by page, and stops past it:
+    documents around it (ids before and after, another source's) are neither counted nor
+    deleted."""
+    from ragserve.rag.sources import sync as sync_module
+    from tests.rag.conftest import make_document
+
+    sync, config, store = syncing
+    monkeypatch.setattr(sync_module, "LISTING_PAGE", 2)
+    vectors = [[1.0] + [0.0] * (store.dimension - 1)]
+    for doc_id in ("a-upload", "source:other:1", "source:sharf:1", "zz-upload"):
+        store.write_document(*make_document(doc_id, [f"{doc_id} text"], vectors, tenant=TENANT))
+    assert sync.run(config).added == 15
+    (folder / "notes" / "note7.md").unlink()
+    again = sync.run(config)
+    assert (again.deleted, again.unchanged) == (1, 14)
+    left = {d.doc_id for d in store.list_documents(EVERYTHING)}
+    assert {"a-upload", "source:other:1", "source:sharf:1", "zz-upload"} <= left
+    assert len(left) == 4 + 14

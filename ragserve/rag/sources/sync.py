@@ -31,6 +31,7 @@ from ragserve.rag.sources.web import WebConnector
 from ragserve.rag.store import Store
 
 REPERMIT_BATCH = 500
+LISTING_PAGE = 1000
 
 
 @dataclass
@@ -75,11 +76,7 @@ class SourceSync:
         seen = self.registry.items(config)
         connector = self.connector(config)
         items = {i.path: i for i in connector.items({p: s.stamp for p, s in seen.items()})}
-        stored = {
-            d.doc_id
-            for d in self.store.list_documents(operator)
-            if d.doc_id.startswith(config.doc_id_prefix)
-        }
+        stored = self._stored_ids(config, operator)
         pending: dict[str, list[tuple[SourceItem, str]]] = {}
         acls: dict[str, Acl] = {}
         repermitted: list[tuple[str, Acl, ItemState]] = []
@@ -138,6 +135,19 @@ class SourceSync:
             self.store.set_acls(operator, [(state.doc_id, acl) for _, acl, state in batch])
             self.registry.saw(config, [(path, state) for path, _, state in batch])
         return len(changes)
+
+    def _stored_ids(self, config: SourceConfig, operator: AccessFilter) -> set[str]:
+        """The ids of the source's documents in the store: the ids with its prefix, read in
+        id order from the prefix on (pages of the tenant's listing), not the whole tenant."""
+        found: set[str] = set()
+        after = config.doc_id_prefix
+        while page := self.store.list_documents(operator, after, LISTING_PAGE):
+            ids = [d.doc_id for d in page]
+            found.update(i for i in ids if i.startswith(config.doc_id_prefix))
+            if not ids[-1].startswith(config.doc_id_prefix):
+                break
+            after = ids[-1]
+        return found
 
     @staticmethod
     def connector(config: SourceConfig) -> Connector:
