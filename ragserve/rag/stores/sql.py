@@ -132,10 +132,11 @@ class SqlStore(ABC):
         self, access: AccessFilter, doc_id: str, version: int
     ) -> DocumentRecord | None:
         with self._transaction(write=True):
+            # Locked before it is read, so a write landing meanwhile waits for this one.
+            self._stored_version(access.tenant, doc_id, for_update=True)
             current = self._permitted(access, doc_id, Permission.MANAGE)
             if current is None:
                 return None
-            self._stored_version(access.tenant, doc_id, for_update=True)
             earlier = next(
                 (v for v in self._readable_versions(access, current) if v.version == version), None
             )
