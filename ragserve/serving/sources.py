@@ -31,6 +31,7 @@ class SourceService:
         self.registry = registry
         self.folders_root = folders_root.resolve() if folders_root else None
         self.url_hosts = frozenset(host.lower() for host in url_hosts)
+        self._failed_at: dict[tuple[str, str], float] = {}
         self._sync = SourceSync(index.store, index.ingestor, registry)
         self._one_at_a_time = threading.Lock()
 
@@ -77,9 +78,19 @@ class SourceService:
             try:
                 return self._sync.run(config)
             except FileNotFoundError as error:
+                self._failed(config)
                 raise Invalid(f"{error}; nothing was changed", "source_folder_missing") from error
             except OSError as error:  # the site did not answer
+                self._failed(config)
                 raise Unavailable(str(error), "source_unavailable") from error
+            except Exception:
+                self._failed(config)
+                raise
+
+    def _failed(self, config: SourceConfig) -> None:
+        """A failed sync writes no report: remember when it failed, so that its next turn on
+        the schedule is an interval on, not at the next check."""
+        self._failed_at[(config.tenant, config.name)] = time.time()
 
     def _folder_under_root(self, folder: str) -> Path:
         if self.folders_root is None:
@@ -105,13 +116,18 @@ class SourceService:
             )
 
     def due(self, now: float | None = None) -> list[SourceConfig]:
-        """Sources whose interval has passed since their last sync (never synced: due)."""
+        """Sources whose interval has passed since their last sync or failed attempt (never
+        synced: due)."""
         now = time.time() if now is None else now
-        return [
-            config
-            for config, report in self.registry.all()
-            if config.every_s and (report is None or report["finished_at"] + config.every_s <= now)
-        ]
+        due = []
+        for config, report in self.registry.all():
+            last = max(
+                report["finished_at"] if report else 0.0,
+                self._failed_at.get((config.tenant, config.name), 0.0),
+            )
+            if config.every_s and last + config.every_s <= now:
+                due.append(config)
+        return due
 
     def _get(self, who: Principal, name: str) -> SourceConfig:
         try:

@@ -85,6 +85,14 @@ def test_the_schedule_picks_sources_whose_interval_passed(server, root):
     call(server, admin, "POST", "/v1/sources/hourly/sync")
     assert sources.due() == []
     assert [c.name for c in sources.due(time.time() + 3601)] == ["hourly"]
+    # A sync that fails (its folder is missing) waits an interval too, not the next check.
+    body = {"name": "broken", "folder": "not-there", "every_s": 3600}
+    assert call(server, admin, "POST", "/v1/sources", json=body).status_code == 201
+    assert [c.name for c in sources.due()] == ["broken"]
+    failed = call(server, admin, "POST", "/v1/sources/broken/sync")
+    assert failed.json()["error"]["code"] == "source_folder_missing"
+    assert sources.due() == []
+    assert [c.name for c in sources.due(time.time() + 3601)] == ["broken", "hourly"]
 
 
 def test_a_website_on_an_allowed_host(server, root):
