@@ -49,7 +49,7 @@ class Embedder:
     default).
 
     Documents embed in `ingest_dtype`: "auto" is bfloat16 where the CPU computes it natively
-    (2.9x the float32 throughput on AVX-512 BF16, vectors within cosine 0.9999 of float32's and
+    (2.8x the float32 ingestion on AVX-512 BF16, vectors within cosine 0.9999 of float32's and
     retrieval unchanged on both development sets: docs/benchmarks.md), else float32. Queries
     and evidence sentences always embed in float32, so the answerability signals read the
     similarities they were fitted on."""
