@@ -255,13 +255,10 @@ def docs_versions(
     except NotFound:
         raise _no_document(doc_id, tenant) from None
     if as_json:
-        rows = [
-            {"version": v.version, "current": v is versions[0], "ingested_at": v.ingested_at}
-            | {"num_chunks": v.num_chunks, "content_hash": v.content_hash}
-            | {"acl": v.acl.as_json()}
-            for v in versions
-        ]
-        print(json.dumps(rows))
+        from ragserve.access import access_for
+        from ragserve.rag.documents import version_json
+
+        print(json.dumps([version_json(v, versions[0], access_for(who)) for v in versions]))
         return
     _print_documents(versions, who, as_json=False)
 

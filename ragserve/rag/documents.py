@@ -253,6 +253,25 @@ def document_json(document: "DocumentRecord", access: AccessFilter) -> dict[str,
     }
 
 
+def version_json(
+    version: "DocumentRecord", current: "DocumentRecord", access: AccessFilter
+) -> dict[str, Any]:
+    """One version of a document as its caller sees it: the ACL it had only for those who may
+    manage the document now."""
+    manages = access.may(current, Permission.MANAGE)
+    return {
+        "version": version.version,
+        "current": version.version == current.version,
+        "title": version.title,
+        "source": version.source,
+        "content_hash": version.content_hash,
+        "num_chunks": version.num_chunks,
+        "text_length": version.text_length,
+        "ingested_at": version.ingested_at,
+        "acl": version.acl.as_json() if manages else None,
+    }
+
+
 def chunk_json(chunk: ScoredChunk) -> dict[str, Any]:
     return {
         "chunk_id": chunk.chunk_id,

@@ -2,19 +2,15 @@
 restore for those who may manage the document. Who may see which version is the store's rule
 (Store.document_versions); the routes only shape it."""
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
 
 from ragserve.access import Principal, access_for
 from ragserve.rag.documents import (
-    AccessFilter,
-    DocumentRecord,
-    Permission,
     ScoredChunk,
     chunk_json,
     document_json,
+    version_json,
 )
 from ragserve.server.dependencies import principal, server_state
 from ragserve.server.protocol import error_responses
@@ -29,23 +25,6 @@ from ragserve.server.state import ServerState
 from ragserve.serving.errors import NotFound
 
 router = APIRouter(responses=error_responses(401, 403, 404, 429))
-
-
-def version_json(
-    version: DocumentRecord, current: DocumentRecord, access: AccessFilter
-) -> dict[str, Any]:
-    manages = access.may(current, Permission.MANAGE)
-    return {
-        "version": version.version,
-        "current": version.version == current.version,
-        "title": version.title,
-        "source": version.source,
-        "content_hash": version.content_hash,
-        "num_chunks": version.num_chunks,
-        "text_length": version.text_length,
-        "ingested_at": version.ingested_at,
-        "acl": version.acl.as_json() if manages else None,
-    }
 
 
 @router.get(
