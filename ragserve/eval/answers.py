@@ -105,9 +105,9 @@ async def answer_one(
 # The answer path with parts taken away, to measure what each part buys. Generating: sentence
 # selection alone (content-word citation check, no quote fallback, the old refusal rule: closest
 # chunk under cosine 0.5), then with the strict check, then with the fallback. In the configured
-# style: "one-sentence" answers with the best sentence (and a close second) only, no sentences
-# chosen to cover the rest of the question; "no-history" asks follow-ups without their
-# conversation. "full" is the configured path.
+# style: "one-sentence" answers with one sentence, none chosen for a second part or to cover
+# the rest of the question; "no-history" asks follow-ups without their conversation. "full" is
+# the configured path.
 VARIANTS = ("sentences", "strict", "fallback", "one-sentence", "no-history", "full")
 SIMILARITY_RULE = Answerability("closest-chunk-0.5", ("best_chunk",), (1000.0,), -500.0, 0.5, 0.5)
 

@@ -28,7 +28,7 @@ from ragserve.eval.context import EvalContext
 from ragserve.eval.index import everything
 from ragserve.eval.metrics import precision_recall_f1
 from ragserve.rag.answerability import SIGNALS, Answerability, signals
-from ragserve.rag.conversation import standalone_query
+from ragserve.rag.conversation import read_turn
 from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.reports import markdown_table, run_section, write_report
 
@@ -45,10 +45,11 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
     selector = EvidenceSelector(context.embedder, settings)
     rows = []
     for item in context.items:
-        query = standalone_query(item.question, item.history)
-        retrieval = retriever.retrieve(everything(), query)
-        ranked = selector.rank(query, retrieval.chunks)
-        measured = signals(query, ranked, retrieval.best_similarity)
+        reading = read_turn(item.question, item.history)
+        retrieval = retriever.retrieve(everything(), reading.query)
+        # Ranked as the answer path ranks it: with the question's parts, in one embedding call.
+        ranked = selector.rank_each(reading.questions, retrieval.chunks)[0]
+        measured = signals(reading.query, ranked, retrieval.best_similarity)
         rows.append(
             {
                 "set": context.dataset_path.name,

@@ -5,8 +5,9 @@ question (+ the user's earlier questions: conversation.py rewrites a follow-up i
 standalone query) -> retrieve permitted chunks -> (rerank) -> rank the sentences of those
 chunks (evidence.py, so only permitted text is a candidate) -> answerability
 (answerability.py): refuse at once when the evidence is unlikely to hold an answer -> choose
-the answer's sentences: the best one, a close second, and those that cover parts of the
-question the chosen ones leave open (a two-part question needs two sentences) -> by style:
+the answer's sentences: the best for each part of a two-part question, or the best one, a
+close second, and those that cover parts of the question the chosen ones leave open; for a
+follow-up, more than the earlier turn's answer -> by style:
 "quote" quotes them exactly with their citations and spans, no model call; "generate" asks
 the model to state the answer from them as numbered sources and checks every sentence of its
 reply against the sentence it cites (citations.py: numbers with their units, names and
@@ -41,7 +42,7 @@ from ragserve.rag.answer_result import (
 )
 from ragserve.rag.answerability import Answerability, signals
 from ragserve.rag.citations import CitationChecker
-from ragserve.rag.conversation import standalone_query
+from ragserve.rag.conversation import Reading, read_turn
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
@@ -117,14 +118,16 @@ class AnswerService:
         started = time.perf_counter()
         style = style or self.settings.style
         k = top_k or self.settings.top_k
-        query = standalone_query(question, history)
+        reading = read_turn(question, history)
+        query = reading.query
         retrieval = await asyncio.to_thread(self.retriever.retrieve, access, query, k)
         retrieved = time.perf_counter()
         chunks = retrieval.chunks
         if self.reranker is not None and chunks:
             chunks = await rerank(self.reranker, query, chunks, generate)
         reranked = time.perf_counter()
-        ranked = await asyncio.to_thread(self.selector.rank, query, chunks)
+        rankings = await asyncio.to_thread(self.selector.rank_each, reading.questions, chunks)
+        ranked = rankings[0]
         probability = self.answerability.probability(
             signals(query, ranked, retrieval.best_similarity)
         )
@@ -136,7 +139,7 @@ class AnswerService:
         }
         result = self._refused(query, ranked, probability)
         if result is None:
-            chosen = self.choose(query, ranked)
+            chosen = self.choose(reading, rankings)
             needs_model = schema is not None or style == "generate"
             needs_model = needs_model or (style == "auto" and len(chosen) > 1)
             if not needs_model:
@@ -164,16 +167,31 @@ class AnswerService:
             return refusal("not_stated", probability, ranked)
         return None
 
-    def choose(self, query: str, ranked: list[Sentence]) -> list[Sentence]:
-        """The answer's sentences: the best, a close second, and any near the best that covers
-        words of the query the chosen ones leave open (a two-part question needs two)."""
-        best, settings = ranked[0], self.settings
-        asked = stems(query)
-        covered = asked & stems(best.context)
-        chosen = [best]
-        for sentence in ranked[1:]:
+    def choose(self, reading: Reading, rankings: list[list[Sentence]]) -> list[Sentence]:
+        """The answer's sentences, from the evidence ranked for each of reading.questions (in
+        that order): the best sentence for each part of the question, or the best one; then a
+        close second, and any near the best that covers words of the query the chosen ones
+        leave open. When a follow-up's best sentence is also the earlier question's best, it
+        may hold both answers or only the earlier one, so the best sentence for the
+        follow-up's own words (or the next best) comes too."""
+        settings = self.settings
+        ranked, parts = rankings[0], rankings[1 : 1 + len(reading.parts)]
+        best = ranked[0]
+        if reading.earlier and rankings[-1] and _key(rankings[-1][0]) == _key(best):
+            parts = [ranked, rankings[-2] if reading.own else ranked[1:]]
+        chosen: list[Sentence] = []
+        for ranking in parts:
+            picked = next((s for s in ranking if _key(s) not in map(_key, chosen)), None)
+            if picked is not None and len(chosen) < settings.answer_sentences:
+                chosen.append(picked)
+        chosen = chosen or [best]
+        asked = stems(reading.query)
+        covered = set().union(*(asked & stems(s.context) for s in chosen))
+        for sentence in ranked:
             if len(chosen) >= settings.answer_sentences:
                 break
+            if _key(sentence) in map(_key, chosen):
+                continue
             behind = best.score - sentence.score
             adds = (asked & stems(sentence.context)) - covered
             if behind <= settings.quote_margin or (adds and behind <= settings.cover_margin):
@@ -294,6 +312,10 @@ class AnswerService:
         citations = [cite(n, s) for n, s in enumerate(chosen, start=1)]
         answer = " ".join(f"{c.quote} [{c.n}]" for c in citations)
         return AnswerResult(answer, "extractive", citations, answerability=probability)
+
+
+def _key(sentence: Sentence) -> tuple[str, int]:
+    return sentence.chunk.doc_id, sentence.start
 
 
 def _ms(start: float, end: float) -> float:

@@ -17,6 +17,7 @@ has the figures). The best few become the prompt's numbered sources, each keepin
 character span in its document. Chunks overlap, so a sentence seen twice counts once.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -131,11 +132,26 @@ class EvidenceSelector:
 
     def rank(self, question: str, chunks: list[ScoredChunk]) -> list[Sentence]:
         """Every candidate sentence, best first."""
+        return self.rank_each([question], chunks)[0]
+
+    def rank_each(
+        self, questions: Sequence[str], chunks: list[ScoredChunk]
+    ) -> list[list[Sentence]]:
+        """Every candidate sentence, best first, for each question (one embedding call for
+        the questions and the candidates together)."""
         found = self.candidates(chunks)
         if not found:
-            return []
-        vectors = self.embedder.embed([question, *(c.text for c in found)])
-        similarities = np.asarray(vectors[1:]) @ np.asarray(vectors[0])
+            return [[] for _ in questions]
+        vectors = np.asarray(self.embedder.embed([*questions, *(c.text for c in found)]))
+        asked, sentences = vectors[: len(questions)], vectors[len(questions) :]
+        return [
+            self._scored(question, found, sentences @ vector)
+            for question, vector in zip(questions, asked, strict=True)
+        ]
+
+    def _scored(
+        self, question: str, found: list[Candidate], similarities: np.ndarray
+    ) -> list[Sentence]:
         s = self.settings
         ranked = []
         for candidate, similarity in zip(found, similarities, strict=True):

@@ -1,17 +1,19 @@
-"""What a question asks for: the kind of answer it expects, and its specific terms.
+"""What a question asks for: its parts, the kind of answer it expects, and its specific terms.
 
-Both transfer across domains, which is why answerability and evidence selection read them: a
-"when" question is answered by a sentence with a date or a time, a "how many" question by one
-with a number the question does not give, a "who" question by one naming someone the question
-does not name; and a question's specific terms (names, numbers, codes: "Finland", "Q2",
-"VM-40") must be found in the evidence, or the evidence is about something else (the per diem
-for Sweden does not answer a question about Finland).
+A question may ask two things ("..., and who signs off?"); each part is answered by a sentence
+of its own. The kind of answer and the specific terms transfer across domains, which is why
+answerability and evidence selection read them: a "when" question is answered by a sentence
+with a date or a time, a "how many" question by one with a number (in digits or words) the
+question does not give, a "who" question by one naming someone (or a role, a desk, a team) the
+question does not name; and a question's specific terms (names, numbers, codes: "Finland",
+"Q2", "VM-40") must be found in the evidence, or the evidence is about something else (the per
+diem for Sweden does not answer a question about Finland).
 """
 
 import re
 from typing import Literal
 
-from ragserve.rag.text import numbers
+from ragserve.rag.text import NAME_PHRASE, UNIT_NAMES, numbers
 
 Expected = Literal["person", "time", "quantity"]
 
@@ -35,40 +37,108 @@ TIME_WORDS = re.compile(
     r"week|weeks|day|days|month|months|year|years|quarter)\b",
     re.IGNORECASE,
 )
+# Numbers written as words ("six months", "four times a year") answer "how many" too.
+NUMBER_WORDS = re.compile(
+    r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|sixty|hundred|thousand|million|billion|dozen|half|twice|once)\b",
+    re.IGNORECASE,
+)
 PERSON_NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+")
+# Who answers "who" when no name does: a role, an acronym of one, a desk or a team.
+ROLE = re.compile(
+    r"\b(?:[A-Z]{2,5}|(?i:manager|director|officer|head|chair|chairperson|lead|leader|owner|"
+    r"supervisor|team|desk|department|committee|board|coordinator|administrator|"
+    r"representative|secretary))\b"
+)
+# Currency and unit codes in capitals are not roles.
+UNITS = frozenset(name.upper() for name in UNIT_NAMES)
+QUESTION_WORD = re.compile(r"\b(who|whom|whose|what|when|where|which|why|how)\b", re.IGNORECASE)
+CLAUSE_WORDS = frozenset({"who", "whom", "whose", "when"})
 # Names (a capital inside a sentence), codes with digits, numbers and acronyms.
 SPECIFIC = re.compile(
     r"\b(?:[A-Za-z][\w-]*\d[\w-]*|\d[\d,.]*|[A-Z]{2,}[\w-]*)\b|(?<=[a-z,;] )[A-Z][a-z]+"
 )
 
 
+# Where a question asks a second thing: a question word after ", and" (or "but"), after a
+# bare "and" when a verb follows within three words ("... and how much did they get?", not
+# "how pheromones evolved and what roles they play is ..."), or a new question after a
+# question mark. "and" between nouns ("the per diem and the hotel limit") joins what one
+# sentence or table row may state, and does not split.
+_AUX = r"(?:is|are|was|were|does|do|did|can|could|should|must|may|will|would|has|have)"
+_ASKS = (
+    r"(?:(?:to|by|from|for|in|at|of|on|with)\s+)?"
+    rf"(?:who|whom|whose|what|when|where|which|why|how|{_AUX})\b"
+)
+SECOND_QUESTION = re.compile(
+    rf",\s*(?:and|but)\s+(?={_ASKS})"
+    rf"|\s+(?:and|but)\s+(?={_ASKS}(?:\s+[\w'’-]+){{0,2}}?\s+{_AUX}\b)"
+    r"|(?<=\?)\s+(?=\S)",
+    re.IGNORECASE,
+)
+
+
+def question_parts(question: str) -> list[str]:
+    """The questions a question asks, in order (one for most)."""
+    return [part.strip() for part in SECOND_QUESTION.split(question) if part.strip()]
+
+
 def expected_answer(question: str) -> Expected | None:
-    """The kind of answer the question asks for, when its wording says (else None). A query
-    of several questions (a follow-up read before the earlier ones, conversation.py) asks for
+    """The kind of answer the question asks for, when its wording says (else None): the
+    earliest phrase of a kind in the question. A bare "who" or "when" after another question
+    word opens a clause ("Which app do I use when signing in?" asks for an app). A query of
+    several questions (a follow-up read before the earlier ones, conversation.py) asks for
     what its first question that says asks for."""
     for part in question.split("?"):
-        if PERSON.search(part):
-            return "person"
-        if TIME.search(part):
-            return "time"
-        if QUANTITY.search(part):
-            return "quantity"
+        first = QUESTION_WORD.search(part)
+        lead = first.start() if first else 0
+        found = []
+        for kind, pattern in (("person", PERSON), ("time", TIME), ("quantity", QUANTITY)):
+            for match in pattern.finditer(part):
+                if match.group().lower() in CLAUSE_WORDS and match.start() > lead:
+                    continue
+                found.append((match.start(), kind))
+                break
+        if found:
+            return min(found)[1]
     return None
 
 
 def answer_kind_match(question: str, sentence: str) -> float:
     """1 when the sentence holds the kind of answer the question expects, 0 when not, 0.5
-    when the question does not say what kind it expects."""
+    when the question does not say what kind it expects. A person is a name, a role ("the
+    CFO", "your manager") or a desk or team the question does not name."""
     expected = expected_answer(question)
     if expected is None:
         return 0.5
-    new_numbers = bool(numbers(sentence) - numbers(question))
+    new_numbers = bool(_quantities(sentence) - _quantities(question))
     if expected == "quantity":
         return float(new_numbers)
     if expected == "time":
         return float(new_numbers or bool(TIME_WORDS.search(sentence)))
     asked = question.lower()
-    return float(any(m.group().lower() not in asked for m in PERSON_NAME.finditer(sentence)))
+    named = (m.group().lower() for m in PERSON_NAME.finditer(sentence))
+    roles = (m.group().lower() for m in ROLE.finditer(sentence) if m.group() not in UNITS)
+    return float(any(term not in asked for term in (*named, *roles)))
+
+
+SpecificKind = Literal["time", "number", "code", "acronym", "name"]
+
+
+def specific_kind(term: str) -> SpecificKind:
+    """What a specific term is: a month or weekday, a number, a code (digits among letters),
+    an acronym, or a name."""
+    if TIME_WORDS.fullmatch(term):
+        return "time"
+    if term[0].isdigit():
+        return "number"
+    if any(c.isdigit() for c in term):
+        return "code"
+    return "acronym" if term.isupper() else "name"
+
+
+def _quantities(text: str) -> set[str]:
+    return numbers(text) | {word.lower() for word in NUMBER_WORDS.findall(text)}
 
 
 def specific_terms(question: str) -> set[str]:
@@ -78,9 +148,13 @@ def specific_terms(question: str) -> set[str]:
 
 def missing_share(question: str, evidence: str) -> float:
     """Share of the question's specific terms that the evidence text lacks (0 when it has
-    none)."""
+    none). An acronym is also found spelled out ("UK": "United Kingdom")."""
     wanted = specific_terms(question)
     if not wanted:
         return 0.0
     text = evidence.lower()
-    return sum(term not in text for term in wanted) / len(wanted)
+    spelled = {
+        "".join(word[0] for word in re.split(r"[ -]", phrase)).lower()
+        for phrase in NAME_PHRASE.findall(evidence)
+    }
+    return sum(term not in text and term not in spelled for term in wanted) / len(wanted)

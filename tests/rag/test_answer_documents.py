@@ -61,6 +61,13 @@ Action items
 Ola Berg - book the site visit with the contractor - 14 March
 Ingrid Solberg - circulate the revised budget to the board - 10 March
 """
+DEPOT = """Depot expansion - project notes
+
+The depot team had asked for 4.2 million NOK for the expansion.
+Decision: the depot budget is set at 3.6 million NOK.
+Decision: a night shift at the depot starts on 5 May 2025.
+Recruitment of six forklift drivers and one foreman is approved.
+"""
 BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
 
 STAFF = AccessFilter("acme", "sue", ("staff",))
@@ -77,6 +84,7 @@ def documents(embedder, tmp_path_factory):
         ("report.md", REPORT, staff),
         ("faq.txt", FAQ, staff),
         ("notes.txt", NOTES, staff),
+        ("depot.txt", DEPOT, staff),
         ("board.txt", BOARD, Acl.of(groups=["board"])),
     ):
         assert ingestor.ingest(SourceDocument(name, text.encode()), "acme", "root", acl).ok
@@ -144,6 +152,23 @@ def test_a_follow_up_is_read_with_the_earlier_question(answers):
     )
     assert "5 unused days" in result.answer, result
     assert "annual leave" in result.query
+
+
+def test_each_part_of_a_two_part_question_gets_its_own_sentence(answers):
+    question = "How much did the depot team ask for and how much did they get?"
+    result = ask(always_answering(answers), question)
+    assert "4.2 million NOK" in result.answer and "3.6 million NOK" in result.answer, result
+
+
+def test_a_follow_up_is_not_answered_with_the_earlier_answer_alone(answers):
+    # The earlier question's sentence is also the follow-up's best match (it names the
+    # shift); the follow-up's own words find the sentence that answers it.
+    result = ask(
+        always_answering(answers),
+        "How many people are they hiring for it?",
+        history=["When does the night shift at the depot start?"],
+    )
+    assert "six forklift drivers" in result.answer, result
 
 
 def test_a_follow_up_never_brings_back_what_the_reader_cannot_read(answers, documents):

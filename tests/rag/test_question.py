@@ -1,0 +1,80 @@
+"""What a question asks for: its parts, the kind of answer it expects, its specific terms."""
+
+import pytest
+
+from ragserve.rag.question import (
+    answer_kind_match,
+    expected_answer,
+    missing_share,
+    question_parts,
+    specific_kind,
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "Which trains may I book in first class, and who approves a sleeper?",
+            ["Which trains may I book in first class", "who approves a sleeper?"],
+        ),
+        (
+            "How much did marketing request and how much did they receive?",
+            ["How much did marketing request", "how much did they receive?"],
+        ),
+        ("When does it open? And who runs it?", ["When does it open?", "And who runs it?"]),
+        ("Why was the move delayed, and to when?", ["Why was the move delayed", "to when?"]),
+        # "and" joining nouns, or opening a clause inside one question, does not split.
+        ("What are the per diem and the hotel cap for Spain?", None),
+        ("How tides formed and what roles they play is studied by which field?", None),
+    ],
+)
+def test_a_question_is_split_where_it_asks_a_second_thing(question, parts):
+    assert question_parts(question) == (parts or [question])
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("Which app do I open when signing in?", None),
+        ("If the van breaks down, who do I call?", "person"),
+        ("When is the audit?", "time"),
+        ("What's the deadline for the survey?", "time"),
+        ("How many desks are on the third floor?", "quantity"),
+        ("What was the NPS score in May?", "quantity"),
+    ],
+)
+def test_the_expected_kind_is_the_question_words_not_a_clause(question, kind):
+    assert expected_answer(question) == kind
+
+
+def test_a_role_or_a_desk_answers_who():
+    question = "Who signs off on a company car?"
+    assert answer_kind_match(question, "A company car needs approval from the COO.") == 1.0
+    assert answer_kind_match(question, "Ask your line manager before ordering one.") == 1.0
+    assert answer_kind_match(question, "Company cars are leased for three years.") == 0.0
+
+
+def test_a_number_in_words_answers_how_many():
+    question = "How long is the notice period?"
+    assert answer_kind_match(question, "The notice period is three months.") == 1.0
+    assert answer_kind_match(question, "Notice must be given in writing.") == 0.0
+
+
+def test_an_acronym_is_found_spelled_out():
+    assert missing_share("What is the hotel cap in the UK?", "Country: United Kingdom") == 0.0
+    assert missing_share("What is the hotel cap in the UK?", "Country: Sweden") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("term", "kind"),
+    [
+        ("September", "time"),
+        ("2025", "number"),
+        ("VM-40", "code"),
+        ("CSAT", "acronym"),
+        ("Finland", "name"),
+    ],
+)
+def test_specific_terms_have_kinds(term, kind):
+    assert specific_kind(term) == kind
