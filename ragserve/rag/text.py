@@ -10,6 +10,12 @@ CITATION = re.compile(r"\s*\[(\d+)\]")
 # unless the next line goes on in lower case (a paragraph wrapped by hand): headings, list
 # items, table rows and "Date: ..." lines stay sentences of their own.
 SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?])|\n(?=[ \t]*[a-z]))+(?:[.!?]+|(?=\n)|$)")
+# Full stops that do not end a sentence: after a title, a Latin abbreviation or an initial
+# (not "I", which ends "World War I.").
+ABBREVIATION_END = re.compile(
+    r"(?:^|[\s(])(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|Jr|Sr|Gen|Col|Capt|Lt|Sgt|Rev|Hon|Gov|Sen|Rep|"
+    r"vs|cf|approx|ca|e\.g|i\.e|[A-HJ-Z])\.$"
+)
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 # A number and the word or symbol after it (its unit, when it has one).
@@ -154,13 +160,22 @@ def stems(text: str) -> set[str]:
 
 
 def sentence_spans(text: str) -> list[tuple[str, int, int]]:
-    """The text's sentences, stripped, with their character spans in it."""
-    spans = []
+    """The text's sentences, stripped, with their character spans in it. A full stop after a
+    title, a Latin abbreviation or an initial ("Dr. Jennifer Melfi", "e.g. a key", "J. Smith")
+    does not end a sentence unless a line ends there."""
+    spans: list[tuple[str, int, int]] = []
     for match in SENTENCE.finditer(text):
         piece = match.group().strip()
-        if piece:
-            start = match.start() + match.group().index(piece)
-            spans.append((piece, start, start + len(piece)))
+        if not piece:
+            continue
+        start = match.start() + match.group().index(piece)
+        end = start + len(piece)
+        if spans and ABBREVIATION_END.search(spans[-1][0]):
+            _, previous_start, previous_end = spans[-1]
+            if "\n" not in text[previous_end:start]:
+                spans[-1] = (text[previous_start:end], previous_start, end)
+                continue
+        spans.append((piece, start, end))
     return spans
 
 

@@ -14,7 +14,7 @@ from ragserve.rag.ingest import Ingestor, SourceDocument
 from ragserve.rag.prompt import DATAMARK, PromptBuilder, PromptSource, system_prompt
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.stores.sqlite import SqliteStore
-from ragserve.rag.text import SENTENCE
+from ragserve.rag.text import SENTENCE, sentence_spans
 
 
 def chunk(text: str) -> ScoredChunk:
@@ -29,6 +29,17 @@ def test_sentences_keep_decimals_and_lines_without_a_full_stop():
         "Chair: Ingrid",
         "Month: July",
     ]
+
+
+def test_a_title_an_abbreviation_or_an_initial_does_not_end_a_sentence():
+    text = "She sees Dr. Ana Melfi, e.g. on Mondays. It ended in World War I. Ask Dr.\nNext."
+    assert [piece for piece, _, _ in sentence_spans(text)] == [
+        "She sees Dr. Ana Melfi, e.g. on Mondays.",
+        "It ended in World War I.",
+        "Ask Dr.",  # a line ends there
+        "Next.",
+    ]
+    assert all(text[start:end] == piece for piece, start, end in sentence_spans(text))
 
 
 def test_a_decimal_answer_keeps_one_citation():
