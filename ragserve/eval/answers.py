@@ -178,7 +178,8 @@ def score(
     records = []
     for item, (result, raw) in zip(context.items, outcomes, strict=True):
         retrieved = retriever.retrieve(everything(), result.query or item.question).chunks
-        passages = {c.chunk_id: c.text for c in retrieved}
+        # The passages as the answer read them: whole sentences at the chunks' edges.
+        passages = {c.chunk_id: c.text for c in retriever.whole_sentences(everything(), retrieved)}
         record = {
             "qid": item.qid,
             "kind": item.kind,

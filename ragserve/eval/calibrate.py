@@ -47,8 +47,10 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
     for item in context.items:
         reading = read_turn(item.question, item.history)
         retrieval = retriever.retrieve(everything(), reading.query)
-        # Ranked as the answer path ranks it: with the question's parts, in one embedding call.
-        ranked = selector.rank_each(reading.questions, retrieval.chunks)[0]
+        # Ranked as the answer path ranks it: whole sentences, with the question's parts, in
+        # one embedding call.
+        whole = retriever.whole_sentences(everything(), retrieval.chunks)
+        ranked = selector.rank_each(reading.questions, whole)[0]
         measured = signals(reading.query, ranked, retrieval.best_similarity)
         rows.append(
             {

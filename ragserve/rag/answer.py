@@ -43,7 +43,7 @@ from ragserve.rag.answer_result import (
 from ragserve.rag.answerability import Answerability, signals
 from ragserve.rag.citations import CitationChecker
 from ragserve.rag.conversation import Reading, read_turn
-from ragserve.rag.documents import AccessFilter
+from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
 from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
 from ragserve.rag.rerank import Reranker, rerank
@@ -126,7 +126,7 @@ class AnswerService:
         if self.reranker is not None and chunks:
             chunks = await rerank(self.reranker, query, chunks, generate)
         reranked = time.perf_counter()
-        rankings = await asyncio.to_thread(self.selector.rank_each, reading.questions, chunks)
+        rankings = await asyncio.to_thread(self._rank, access, reading, chunks)
         ranked = rankings[0]
         probability = self.answerability.probability(
             signals(query, ranked, retrieval.best_similarity)
@@ -155,6 +155,14 @@ class AnswerService:
             steps.insert(1, ("rerank", retrieved, reranked))
         result.steps = steps + result.steps
         yield AnswerEvent(result.answer, result)
+
+    def _rank(
+        self, access: AccessFilter, reading: Reading, chunks: list[ScoredChunk]
+    ) -> list[list[Sentence]]:
+        """The evidence sentences, whole even where a chunk's edge cut them, ranked for each of
+        reading.questions."""
+        whole = self.retriever.whole_sentences(access, chunks)
+        return self.selector.rank_each(reading.questions, whole)
 
     def _refused(
         self, query: str, ranked: list[Sentence], probability: float

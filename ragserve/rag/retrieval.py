@@ -2,6 +2,12 @@
 
 The access filter is the reader's, built from the authenticated principal by the caller, and is
 applied by the store inside both queries. Nothing a request carries can replace it.
+
+A chunk is a token window, so its first and last sentences may be cut at its edges. For reading
+evidence, whole_sentences widens each retrieved chunk to whole sentences with the text of its
+neighbouring chunks of the same document version (read through the same access filter), so a
+sentence cut by a chunk's edge ("...is called" / "obstetric ultrasonography, and ...") can be
+quoted whole.
 """
 
 from dataclasses import dataclass, replace
@@ -9,8 +15,11 @@ from dataclasses import dataclass, replace
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.store import Store
+from ragserve.rag.text import sentence_spans
 
 RRF_K = 60
+# How far past a chunk's edge a cut sentence is completed, in characters.
+WIDEN_CHARS = 400
 
 
 @dataclass
@@ -74,3 +83,38 @@ class Retriever:
 
     def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
         return self.retrieve(access, query, k).chunks
+
+    def whole_sentences(self, access: AccessFilter, chunks: list[ScoredChunk]) -> list[ScoredChunk]:
+        """The chunks, each widened to whole sentences where its edges cut one (its span and
+        text still exactly the document's)."""
+        neighbours: dict[str, list[ScoredChunk]] = {}
+        widened = []
+        for chunk in chunks:
+            if chunk.doc_id not in neighbours:
+                neighbours[chunk.doc_id] = self.store.document_chunks(access, chunk.doc_id)
+            widened.append(_widened(chunk, neighbours[chunk.doc_id]))
+        return widened
+
+
+def _widened(chunk: ScoredChunk, document: list[ScoredChunk]) -> ScoredChunk:
+    """The chunk with the sentences cut at its edges completed from the chunks that overlap or
+    touch it."""
+    known = {chunk.start + i: c for i, c in enumerate(chunk.text)}
+    for other in document:
+        if other.version == chunk.version and other.start <= chunk.end and other.end >= chunk.start:
+            known.update((other.start + i, c) for i, c in enumerate(other.text))
+    low, high = chunk.start, chunk.end
+    while low - 1 in known and chunk.start - low < WIDEN_CHARS:
+        low -= 1
+    while high in known and high - chunk.end < WIDEN_CHARS:
+        high += 1
+    region = "".join(known[i] for i in range(low, high))
+    start, end = chunk.start, chunk.end
+    for _, first, last in sentence_spans(region):
+        if low + first < chunk.start < low + last:
+            start = low + first
+        if low + first < chunk.end < low + last:
+            end = low + last
+    if (start, end) == (chunk.start, chunk.end):
+        return chunk
+    return replace(chunk, start=start, end=end, text=region[start - low : end - low])
