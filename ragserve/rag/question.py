@@ -13,7 +13,7 @@ diem for Sweden does not answer a question about Finland).
 import re
 from typing import Literal
 
-from ragserve.rag.text import NAME_PHRASE, UNIT_NAMES, numbers
+from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbers
 
 Expected = Literal["person", "time", "quantity"]
 
@@ -37,11 +37,22 @@ TIME_WORDS = re.compile(
     r"week|weeks|day|days|month|months|year|years|quarter)\b",
     re.IGNORECASE,
 )
-# Numbers written as words ("six months", "four times a year") answer "how many" too.
-NUMBER_WORDS = re.compile(
-    r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
-    r"thirty|forty|fifty|sixty|hundred|thousand|million|billion|dozen|half|twice|once)\b",
-    re.IGNORECASE,
+# Words beyond the small numbers that state a count or a frequency ("thirty", "twice a year").
+COUNT_WORDS = frozenset(
+    [
+        "thirty",
+        "forty",
+        "fifty",
+        "sixty",
+        "hundred",
+        "thousand",
+        "million",
+        "billion",
+        "dozen",
+        "half",
+        "twice",
+        "once",
+    ]
 )
 PERSON_NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+")
 # Who answers "who" when no name does: a role, an acronym of one, a desk or a team.
@@ -138,7 +149,10 @@ def specific_kind(term: str) -> SpecificKind:
 
 
 def _quantities(text: str) -> set[str]:
-    return numbers(text) | {word.lower() for word in NUMBER_WORDS.findall(text)}
+    """The numbers the text states, in digits or in words ("six months": "6")."""
+    words = WORD.findall(text.lower())
+    spelled = {NUMBER_WORDS.get(w, w) for w in words if w in NUMBER_WORDS or w in COUNT_WORDS}
+    return numbers(text) | spelled
 
 
 def specific_terms(question: str) -> set[str]:
