@@ -90,6 +90,8 @@ class Reading:
 
 
 def read_turn(question: str, history: Sequence[str] = ()) -> Reading:
+    """How the answer path reads the question, given the user's earlier questions (oldest
+    first)."""
     turns = [turn.strip() for turn in history if turn.strip()]
     query = standalone_query(question, turns)
     asked = question_parts(question)

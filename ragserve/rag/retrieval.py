@@ -6,8 +6,8 @@ applied by the store inside both queries. Nothing a request carries can replace 
 A chunk is a token window, so its first and last sentences may be cut at its edges. For reading
 evidence, whole_sentences widens each retrieved chunk to whole sentences with the text of its
 neighbouring chunks of the same document version (read through the same access filter), so a
-sentence cut by a chunk's edge ("...is called" / "obstetric ultrasonography, and ...") can be
-quoted whole.
+sentence cut by a chunk's edge ("... using ultrasound is" / "called obstetric ultrasonography,
+and ...") can be quoted whole.
 """
 
 from dataclasses import dataclass, replace
