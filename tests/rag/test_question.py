@@ -1,6 +1,8 @@
 """What a question asks for: its parts, the kind of answer it expects, its specific terms."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragserve.rag.question import (
     answer_kind_match,
@@ -78,3 +80,20 @@ def test_an_acronym_is_found_spelled_out():
 )
 def test_specific_terms_have_kinds(term, kind):
     assert specific_kind(term) == kind
+
+
+WORDS = ["and", "but", "who", "what", "how", "did", "is", "the", "fee", ",", "?", " ", "  "]
+
+
+@given(st.lists(st.sampled_from(WORDS), max_size=30).map(" ".join))
+@settings(max_examples=300, deadline=None)
+def test_parts_are_the_question_in_order_whatever_it_says(question):
+    parts = question_parts(question)
+    position = 0
+    for part in parts:
+        assert part and part == part.strip()
+        found = question.find(part, position)
+        assert found >= 0, (question, parts)
+        position = found + len(part)
+    if question.strip():
+        assert parts
