@@ -3,11 +3,12 @@
 A question may ask two things ("..., and who signs off?"); each part is answered by a sentence
 of its own. The kind of answer and the specific terms transfer across domains, which is why
 answerability and evidence selection read them: a "when" question is answered by a sentence
-with a date or a time, a "how many" question by one with a number (in digits or words) the
-question does not give, a "who" question by one naming someone (or a role, a desk, a team) the
-question does not name; and a question's specific terms (names, numbers, codes: "Finland",
-"Q2", "VM-40") must be found in the evidence, or the evidence is about something else (the per
-diem for Sweden does not answer a question about Finland).
+with a date or a time, a "how many" question (or "how tight", "per km", "what do I pay") by
+one with a number (in digits or words) the question does not give, a "who" question by one
+naming someone (or a role, a desk, a team) the question does not name; and a question's
+specific terms (names, numbers, codes: "Finland", "Q2", "VM-40") must be found in the
+evidence, or the evidence is about something else (the per diem for Sweden does not answer a
+question about Finland).
 """
 
 import re
@@ -28,7 +29,10 @@ QUANTITY = re.compile(
     r"tall|hot|cold|warm|early|late)|"
     r"what (percentage|share|rate|amount|size|speed|temperature|number|price|fee|cost|"
     r"version|extension|limit|score|budget)|which version|\w+ (score|rate|number|"
-    r"price|fee|cost|limit|budget|allowance|percentage) (was|is|are|were|of|for|in))\b",
+    r"price|fee|cost|limit|budget|allowance|percentage) (was|is|are|were|of|for|in)|"
+    r"how (?!(?:do|does|did|can|could|should|would|will|is|are|was|were|to|about|come)\b)[a-z]+|"
+    r"per (?:km|mile|day|week|month|year|hour|night|person|employee|head|unit|item)|"
+    r"what (?:do|does|did|will|would) (?:\w+ ){1,3}(?:pay|cost|charge|earn|get))\b",
     re.IGNORECASE,
 )
 TIME_WORDS = re.compile(

@@ -44,6 +44,10 @@ def test_a_question_is_split_where_it_asks_a_second_thing(question, parts):
         ("What's the deadline for the survey?", "time"),
         ("How many desks are on the third floor?", "quantity"),
         ("What was the NPS score in May?", "quantity"),
+        ("How tight should the bolt be?", "quantity"),
+        ("What do I get per km when I cycle?", "quantity"),
+        ("What do I pay for a new badge?", "quantity"),
+        ("How do I reset the router?", None),
     ],
 )
 def test_the_expected_kind_is_the_question_words_not_a_clause(question, kind):
