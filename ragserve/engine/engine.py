@@ -20,6 +20,7 @@ from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig, size_kv_cache
 from ragserve.engine.detokenizer import IncrementalDetokenizer
+from ragserve.engine.ending import Endings, EndingWatch
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, check_token_ids
 from ragserve.engine.kv_cache import DTYPES, KVCache
 from ragserve.engine.loader import read_weights, resolve_model
@@ -97,6 +98,10 @@ class LLMEngine:
         """Built on the first constrained request (reading the vocabulary takes ~1 s)."""
         return Grammars(self.tokenizer, self.model.spec.vocab_size, self.eos_token_ids)
 
+    @functools.cached_property
+    def endings(self) -> Endings:
+        return Endings(self.grammars.tokenizer)
+
     @property
     def model_id(self) -> str:
         return self.config.model
@@ -156,6 +161,8 @@ class LLMEngine:
             )
             if params.constraint is not None:
                 seq.matcher = self.grammars.matcher(params.constraint)
+                seq.ending = EndingWatch(review_at=max_tokens)
+                self._review_ending(seq)
             if params.seed is not None:
                 # Each choice its own stream of noise, reproducible from the request's seed.
                 seq.generator = torch.Generator().manual_seed(params.seed + index)
@@ -301,6 +308,11 @@ class LLMEngine:
                 del seq.token_ids[position + 1 :]
                 self.scheduler.finish(seq, reason)
                 return
+        self._review_ending(seq)
+
+    def _review_ending(self, seq: Sequence) -> None:
+        if seq.ending is not None and seq.matcher is not None:
+            self.endings.review(seq.ending, seq.matcher, seq.max_tokens - seq.num_output_tokens)
 
     def _is_stop_token(self, params: SamplingParams, token: int) -> bool:
         if not params.ignore_eos and token in self.eos_token_ids:

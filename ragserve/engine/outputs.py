@@ -23,6 +23,8 @@ class CompletionOutput:
     stop_reason: str | int | None = None
     cumulative_logprob: float | None = None
     logprobs: list[PositionLogprobs] | None = None
+    # Not in vLLM: the output was closed with its grammar's shortest ending to fit max_tokens.
+    closed_early: bool = False
 
     def finished(self) -> bool:
         return self.finish_reason is not None

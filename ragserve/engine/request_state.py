@@ -26,6 +26,7 @@ class Choice:
             finish_reason=seq.finish_reason,
             stop_reason=stop_reason,
             logprobs=list(seq.logprobs) if seq.params.logprobs is not None else None,
+            closed_early=seq.ending is not None and seq.ending.closed_early,
         )
 
 

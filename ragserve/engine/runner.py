@@ -92,7 +92,11 @@ class ModelRunner:
         # step's matmuls with everyone else's.
         invariant = any(seq.params.batch_invariant for seq in batch.seqs)
         vocab_size = self.model.spec.vocab_size
-        masks = fill_masks_soon([seq.matcher for seq in sample_seqs], vocab_size)
+        masks = fill_masks_soon(
+            [seq.matcher for seq in sample_seqs],
+            vocab_size,
+            [seq.ending.forced_token if seq.ending else None for seq in sample_seqs],
+        )
         hidden = self.model.forward(
             torch.tensor(token_ids), meta.token_lens - 1, meta, self.kv_layers, invariant
         )

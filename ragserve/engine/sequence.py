@@ -8,6 +8,7 @@ import llguidance
 import torch
 
 from ragserve.engine.cache_salt import CacheSalt
+from ragserve.engine.ending import EndingWatch
 from ragserve.engine.outputs import PositionLogprobs
 from ragserve.engine.sampling_params import SamplingParams
 
@@ -48,6 +49,8 @@ class Sequence:
     draft_acceptance: float | None = None
     # Tracks the output against the request's constraint (structured.py), if it has one.
     matcher: llguidance.LLMatcher | None = None
+    # With a matcher: when the output must be closed to end inside max_tokens (ending.py).
+    ending: EndingWatch | None = None
     # Per output token, when the request asked for logprobs.
     logprobs: list[PositionLogprobs] = field(default_factory=list)
     # Per prompt token, when the request asked for them; the first has none.

@@ -126,8 +126,13 @@ class Masks:
     bitmask: torch.Tensor
 
 
-def fill_masks(matchers: list[llguidance.LLMatcher | None], vocab_size: int) -> Masks | None:
-    """The masks of the rows that have a matcher (None when no row has one)."""
+def fill_masks(
+    matchers: list[llguidance.LLMatcher | None],
+    vocab_size: int,
+    forced: list[int | None] | None = None,
+) -> Masks | None:
+    """The masks of the rows that have a matcher (None when no row has one); a row with a
+    forced token (ending.py) may take only that token."""
     rows = [i for i, m in enumerate(matchers) if m is not None]
     if not rows:
         return None
@@ -137,6 +142,12 @@ def fill_masks(matchers: list[llguidance.LLMatcher | None], vocab_size: int) -> 
     bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
     work = [(matchers[row], k) for k, row in enumerate(rows)]
     executor().unsafe_compute_mask_ptr(work, bitmask.data_ptr(), words * 4, len(rows))
+    for k, row in enumerate(rows):
+        token = forced[row] if forced is not None else None
+        if token is not None:
+            bitmask[k] = 0
+            # Bit 31 of an int32 word is its sign.
+            bitmask[k, token // 32] = ((1 << (token % 32)) + 2**31) % 2**32 - 2**31
     return Masks(torch.tensor(rows, dtype=torch.long), bitmask)
 
 
@@ -146,14 +157,16 @@ def _filler() -> ThreadPoolExecutor:
 
 
 def fill_masks_soon(
-    matchers: list[llguidance.LLMatcher | None], vocab_size: int
+    matchers: list[llguidance.LLMatcher | None],
+    vocab_size: int,
+    forced: list[int | None] | None = None,
 ) -> Future[Masks | None] | None:
     """fill_masks on a background thread, so that the masks are computed while the forward
     pass runs (llguidance computes them without the GIL: a Python loop beside 300 fills of 32
     masks kept 98% of its speed); None at once when no row has a matcher."""
     if all(m is None for m in matchers):
         return None
-    return _filler().submit(fill_masks, matchers, vocab_size)
+    return _filler().submit(fill_masks, matchers, vocab_size, forced)
 
 
 def apply_masks(logits: torch.Tensor, masks: Masks) -> None:

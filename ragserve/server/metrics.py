@@ -211,6 +211,11 @@ class ServerMetrics:
             ["finished_reason"],
             registry=r,
         )
+        self.closed_early = Counter(
+            "ragserve:constrained_closed_early",
+            "Constrained outputs closed with their grammar's shortest ending to fit max_tokens.",
+            registry=r,
+        )
         self.requests_rejected = Counter(
             "ragserve:requests_rejected",
             "Requests refused before running, by reason.",
@@ -235,6 +240,7 @@ class ServerMetrics:
         completion = output.outputs[0]
         reason = completion.finish_reason or "abort"
         self.request_success.labels(finished_reason=reason).inc()
+        self.closed_early.inc(sum(choice.closed_early for choice in output.outputs))
         self.prompt_tokens.inc(len(output.prompt_token_ids))
         generated = sum(len(choice.token_ids) for choice in output.outputs)
         self.generation_tokens.inc(generated)
