@@ -94,9 +94,15 @@ class Endings:
                 taken.append(probe)
         return None
 
-    def review(self, watch: EndingWatch, matcher: llguidance.LLMatcher, tokens_left: int) -> None:
+    def review(self, watch: EndingWatch, matcher: llguidance.LLMatcher, tokens_left: int) -> bool:
         """Set the token the sequence must take next (None: free to sample), looking at the
-        ending only when the sequence has come within reach of needing it."""
+        ending only when the sequence has come within reach of needing it; True when this
+        review begins to close it."""
+        closed_before = watch.closed_early
+        self._review(watch, matcher, tokens_left)
+        return watch.closed_early and not closed_before
+
+    def _review(self, watch: EndingWatch, matcher: llguidance.LLMatcher, tokens_left: int) -> None:
         if tokens_left > watch.review_at:
             watch.forced_token = None
             return

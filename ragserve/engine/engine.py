@@ -20,7 +20,7 @@ from ragserve.engine.block_manager import BlockManager
 from ragserve.engine.cache_salt import CacheSalt
 from ragserve.engine.config import EngineConfig, size_kv_cache
 from ragserve.engine.detokenizer import IncrementalDetokenizer
-from ragserve.engine.ending import Endings, EndingWatch
+from ragserve.engine.ending import EndingWatch
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, check_token_ids
 from ragserve.engine.kv_cache import DTYPES, KVCache
 from ragserve.engine.loader import read_weights, resolve_model
@@ -92,15 +92,12 @@ class LLMEngine:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self.step_times = StepTimes()
+        self.num_closed_early = 0
 
     @functools.cached_property
     def grammars(self) -> Grammars:
         """Built on the first constrained request (reading the vocabulary takes ~1 s)."""
         return Grammars(self.tokenizer, self.model.spec.vocab_size, self.eos_token_ids)
-
-    @functools.cached_property
-    def endings(self) -> Endings:
-        return Endings(self.grammars.tokenizer)
 
     @property
     def model_id(self) -> str:
@@ -312,7 +309,8 @@ class LLMEngine:
 
     def _review_ending(self, seq: Sequence) -> None:
         if seq.ending is not None and seq.matcher is not None:
-            self.endings.review(seq.ending, seq.matcher, seq.max_tokens - seq.num_output_tokens)
+            left = seq.max_tokens - seq.num_output_tokens
+            self.num_closed_early += self.grammars.endings.review(seq.ending, seq.matcher, left)
 
     def _is_stop_token(self, params: SamplingParams, token: int) -> bool:
         if not params.ignore_eos and token in self.eos_token_ids:
@@ -347,4 +345,5 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             spec_decode_draft_tokens=self.scheduler.num_draft_tokens,
             spec_decode_accepted_tokens=self.scheduler.num_accepted_tokens,
+            constrained_closed_early=self.num_closed_early,
         )

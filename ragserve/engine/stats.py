@@ -16,6 +16,8 @@ class EngineStats:
     # Speculative decoding: draft tokens verified, and those accepted.
     spec_decode_draft_tokens: int = 0
     spec_decode_accepted_tokens: int = 0
+    # Constrained outputs closed early to fit max_tokens (ending.py).
+    constrained_closed_early: int = 0
 
     @classmethod
     def total(cls, replicas: list["EngineStats"]) -> "EngineStats":

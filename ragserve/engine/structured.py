@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ragserve.engine.ending import Endings
 from ragserve.engine.errors import InvalidRequestError
 from ragserve.engine.strict_schema import strict_schema_text
 
@@ -80,7 +81,8 @@ def checked_grammar(
 
 
 class Grammars:
-    """The model's tokenizer as llguidance sees it, compiled constraints, and masks."""
+    """The model's tokenizer as llguidance sees it, compiled constraints, masks, and the
+    endings that close constrained outputs in time (ending.py)."""
 
     def __init__(
         self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, eos_token_ids: set[int]
@@ -92,6 +94,7 @@ class Grammars:
             tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids)
         )
         self._compiled: OrderedDict[OutputConstraint, str] = OrderedDict()
+        self.endings = Endings(self.tokenizer)
 
     def compile(self, constraint: OutputConstraint) -> str:
         """The checked grammar; InvalidRequestError with the reason when it does not compile."""

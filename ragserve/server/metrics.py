@@ -52,6 +52,12 @@ ENGINE_SERIES = (
         "spec_decode_accepted_tokens",
         True,
     ),
+    (
+        "constrained_closed_early",
+        "Constrained outputs closed with their grammar's shortest ending to fit max_tokens.",
+        "constrained_closed_early",
+        True,
+    ),
 )
 
 
@@ -211,11 +217,6 @@ class ServerMetrics:
             ["finished_reason"],
             registry=r,
         )
-        self.closed_early = Counter(
-            "ragserve:constrained_closed_early",
-            "Constrained outputs closed with their grammar's shortest ending to fit max_tokens.",
-            registry=r,
-        )
         self.requests_rejected = Counter(
             "ragserve:requests_rejected",
             "Requests refused before running, by reason.",
@@ -240,7 +241,6 @@ class ServerMetrics:
         completion = output.outputs[0]
         reason = completion.finish_reason or "abort"
         self.request_success.labels(finished_reason=reason).inc()
-        self.closed_early.inc(sum(choice.closed_early for choice in output.outputs))
         self.prompt_tokens.inc(len(output.prompt_token_ids))
         generated = sum(len(choice.token_ids) for choice in output.outputs)
         self.generation_tokens.inc(generated)

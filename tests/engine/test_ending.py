@@ -128,6 +128,7 @@ def test_a_reply_that_would_run_past_max_tokens_is_closed_and_parses(llm_fp32):
 
     constraint = OutputConstraint("json", json.dumps(Story.model_json_schema()))
     prompt = chat(llm_fp32, "Tell me a long story about a dragon, as JSON.")
+    counted = llm_fp32.engine.stats().constrained_closed_early
     closed, short = llm_fp32.generate(
         [prompt, prompt],
         [
@@ -138,6 +139,7 @@ def test_a_reply_that_would_run_past_max_tokens_is_closed_and_parses(llm_fp32):
     reply = closed.outputs[0]
     assert reply.finish_reason == "stop" and reply.closed_early, reply
     assert len(reply.token_ids) <= 24
+    assert llm_fp32.engine.stats().constrained_closed_early == counted + 1
     Story.model_validate_json(reply.text)
     # A forced token had no alternative: its log-probability under the masked logits is 0.
     assert reply.logprobs[-1][reply.token_ids[-1]].logprob == 0.0

@@ -126,7 +126,8 @@ def test_board_member_gets_a_cited_answer(server, rag):
     assert answer["mode"] == "extractive" and answer["usage"] == {}
     timings = answer["timings"]
     assert timings["retrieval_ms"] > 0 and timings["evidence_ms"] > 0
-    assert timings["total_ms"] >= timings["retrieval_ms"] + timings["evidence_ms"]
+    # Each figure is rounded to 0.1 ms.
+    assert timings["total_ms"] >= timings["retrieval_ms"] + timings["evidence_ms"] - 0.15
 
 
 @pytest.mark.parametrize(

@@ -312,10 +312,12 @@ class Story(BaseModel):
 
 def test_a_reply_closed_to_fit_max_tokens_parses_and_is_counted(server, api):
     def closed_early() -> float:
-        for line in httpx.get(server.url + "/metrics").text.splitlines():
-            if line.startswith("ragserve:constrained_closed_early_total "):
-                return float(line.split()[1])
-        raise AssertionError("no ragserve:constrained_closed_early_total in /metrics")
+        lines = httpx.get(server.url + "/metrics").text.splitlines()
+        counts = [
+            line for line in lines if line.startswith("ragserve:constrained_closed_early_total{")
+        ]
+        assert counts, "no ragserve:constrained_closed_early_total in /metrics"
+        return sum(float(line.rpartition(" ")[2]) for line in counts)
 
     before = closed_early()
     completion = api.chat.completions.parse(
