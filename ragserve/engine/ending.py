@@ -13,9 +13,10 @@ same way). Such a reply finishes with reason "stop" and counts as closed early.
 The shortest ending is found by walking a copy of the matcher: tokens the grammar forces
 are taken as they are, and where it forces none the first probe token it accepts, probes
 being single characters that close ('"', '}', ']') before those that separate or start the
-shortest values ('0', 'n' of null), and characters the walk has already written last. That
-is the shortest ending for JSON; for a regular expression or a Lark grammar it is an ending,
-and where the walk finds none within MAX_ENDING_TOKENS the reply runs on as before.
+shortest values ('0', 'n' of null), and characters the walk has already written last. For
+JSON that is the shortest ending or close to it (an open array of strings gets an empty one
+before it closes); for a regular expression or a Lark grammar it is an ending, and where the
+walk finds none within MAX_ENDING_TOKENS the reply runs on as before.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Endings:
             watch.forced_token = None
             return
         ending = self.shortest(matcher)
-        if ending is None:
+        if not ending:
             # Mostly a character a token left half-written: looked at again the next step.
             watch.forced_token = None
             watch.review_at = tokens_left - 1
