@@ -88,28 +88,28 @@ class QueryHistory:
             CREATE TABLE IF NOT EXISTS secret (value TEXT NOT NULL);"""
         )
         with transaction(self._db, self._lock, write=True) as db:
-            row = db.execute("SELECT value FROM secret").fetchone()
-            if row is None:
-                row = (secrets.token_hex(32),)
-                db.execute("INSERT INTO secret VALUES (?)", row)
-        self._secret = bytes.fromhex(row[0])
+            if db.execute("SELECT value FROM secret").fetchone() is None:
+                db.execute("INSERT INTO secret VALUES (?)", (secrets.token_hex(32),))
 
     @property
     def enabled(self) -> bool:
         return self.retention_s > 0
 
-    def _asker(self, tenant: str, user: str) -> str:
-        message = f"{tenant}\0{user}".encode()
-        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()[:24]
+    @staticmethod
+    def _asker(db: sqlite3.Connection, tenant: str, user: str) -> str:
+        # The secret is read each time: `ragserve restore` may replace it (with the entries
+        # hashed under it) while the server runs.
+        secret = bytes.fromhex(db.execute("SELECT value FROM secret").fetchone()[0])
+        return hmac.new(secret, f"{tenant}\0{user}".encode(), hashlib.sha256).hexdigest()[:24]
 
     def record(self, entry: HistoryEntry, user: str) -> None:
         """Store an answer given to `user` (entry.user is set here), and drop expired ones."""
         if not self.enabled:
             return
-        asker = self._asker(entry.tenant, user)
-        entry.user = user if self.identities else asker
-        body = json.dumps(entry.as_json())
         with transaction(self._db, self._lock, write=True) as db:
+            asker = self._asker(db, entry.tenant, user)
+            entry.user = user if self.identities else asker
+            body = json.dumps(entry.as_json())
             db.execute(
                 "INSERT INTO entries (id, tenant, user, asker, at, body) VALUES (?, ?, ?, ?, ?, ?)",
                 (entry.id, entry.tenant, entry.user, asker, entry.at, body),
@@ -130,7 +130,7 @@ class QueryHistory:
         with transaction(self._db, self._lock, write=True) as db:
             row = db.execute(
                 "SELECT seq, body FROM entries WHERE id = ? AND tenant = ? AND asker = ?",
-                (entry_id, tenant, self._asker(tenant, user)),
+                (entry_id, tenant, self._asker(db, tenant, user)),
             ).fetchone()
             if row is None:
                 return None

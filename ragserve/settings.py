@@ -211,6 +211,19 @@ class Settings(BaseSettings):
     def store_url(self) -> str:
         return self.store or str(self.data_dir / "index.sqlite")
 
+    # The data folder's other databases, each used by the server and the CLI alike.
+    @property
+    def keys_path(self) -> Path:
+        return self.data_dir / "keys.sqlite"
+
+    @property
+    def sources_path(self) -> Path:
+        return self.data_dir / "sources.sqlite"
+
+    @property
+    def history_path(self) -> Path:
+        return self.data_dir / "history.sqlite"
+
     def engine_config(self) -> EngineConfig:
         return EngineConfig(**{name: getattr(self, name) for name in ENGINE_FIELDS})
 

@@ -4,11 +4,13 @@ the same Typer app in this process, since each new process spends seconds import
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from typer.testing import CliRunner
 
 from ragserve.cli import app
+from ragserve.history import HistoryEntry, QueryHistory
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -139,12 +141,22 @@ def test_backup_restore_and_audit_commands(tmp_path):
     data = ["--data-dir", str(tmp_path / "data")]
     assert run("ingest", str(folder), "--group", "eng", *data, "--json").returncode == 0
     assert run("keys", "create", "--user", "ann", *data, "--json").returncode == 0
+    assert run("sync", "add", "handbook", "--folder", str(folder), *data).returncode == 0
+    history = QueryHistory(tmp_path / "data" / "history.sqlite", 30, identities=False)
+    history.record(history_entry("before"), "ann")
     backed_up = run("backup", str(tmp_path / "backup"), *data, "--json")
     assert backed_up.returncode == 0, backed_up.stderr
-    assert set(json.loads(backed_up.stdout)["files"]) == {"index.sqlite", "keys.sqlite"}
+    assert set(json.loads(backed_up.stdout)["files"]) == {
+        "index.sqlite",
+        "keys.sqlite",
+        "sources.sqlite",
+        "history.sqlite",
+    }
     assert run("backup", str(tmp_path / "backup"), *data).returncode == 2, "never overwrites"
     doc_id = json.loads(run("docs", "list", *data, "--json").stdout)[0]["id"]
     assert run("docs", "delete", doc_id, *data).returncode == 0
+    assert run("sync", "remove", "handbook", *data).returncode == 0
+    history.record(history_entry("after"), "ann")
 
     restored = run("restore", str(tmp_path / "backup"), *data, "--json")
     assert restored.returncode == 0, restored.stderr
@@ -157,7 +169,18 @@ def test_backup_restore_and_audit_commands(tmp_path):
     assert [(e["action"], e["actor"]) for e in audit][:2] == [("store.restore", "operator")] * 2
     shown = json.loads(run("docs", "show", doc_id, *data, "--json").stdout)
     assert shown[0]["acl"] == {"users": {}, "groups": {"eng": "read"}}
+    sources = json.loads(run("sync", "list", *data, "--json").stdout)
+    assert [source["name"] for source in sources] == ["handbook"]
+    # The history open all along reads the backup's entries, and its asker still rates hers.
+    assert [entry.id for entry in history.all("acme")] == ["before"]
+    assert history.rate("acme", "ann", "before", "up", None, None) is not None
     assert run("restore", str(tmp_path / "nothing"), *data).returncode == 2
+
+
+def history_entry(entry_id: str) -> HistoryEntry:
+    return HistoryEntry(
+        entry_id, "acme", "", time.time(), "Q?", [], "A.", "extractive", False, [], 5.0
+    )
 
 
 def counting(monkeypatch, target: str, make):

@@ -86,7 +86,7 @@ def run(settings: Settings, files: int, seed: int = 0) -> dict[str, Any]:
         root = Path(scratch) / "share"
         paths = {n: write_file(root, n, 0) for n in range(files)}
         rules = {"default": {"groups": ["staff"]}, "rules": [{"path": "hr/*", "groups": ["hr"]}]}
-        registry = SourceRegistry(settings.data_dir / "sources.sqlite")
+        registry = SourceRegistry(settings.sources_path)
         source = SourceConfig("bench", str(root), "bench", "admin", rules)
         registry.add(source)
         index = DocumentIndex.open(settings)

@@ -20,7 +20,7 @@ def _key_store(data_dir: Path | None, config: Path | None) -> KeyStore:
     from ragserve.settings import Settings
 
     settings = Settings.load(config, data_dir=data_dir)
-    return KeyStore(settings.data_dir / "keys.sqlite")
+    return KeyStore(settings.keys_path)
 
 
 @keys_app.command("create")

@@ -188,7 +188,7 @@ def ask(
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from error
     if key is not None:
-        principal = KeyStore(settings.data_dir / "keys.sqlite").authenticate(key)
+        principal = KeyStore(settings.keys_path).authenticate(key)
         if principal is None:
             console.print("[red]error:[/red] invalid or revoked API key")
             raise typer.Exit(2)
@@ -288,7 +288,7 @@ def demo(
                 Acl.of(groups=["board"]),
             )
     index.store.close()
-    keys = KeyStore(settings.data_dir / "keys.sqlite")
+    keys = KeyStore(settings.keys_path)
     reader, _ = keys.create("alice", ["staff"])
     board, _ = keys.create("bob", ["staff", "board"])
     writer, _ = keys.create("carol", ["staff"], role=Role.WRITER)

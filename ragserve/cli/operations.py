@@ -12,8 +12,8 @@ from ragserve.cli.common import app, console
 from ragserve.cli.options import ConfigOption, DataDirOption, JsonOption, StoreOption
 from ragserve.settings import Settings
 
+# The embedded store's name in a backup (its live file is wherever --store says).
 INDEX_FILE = "index.sqlite"
-KEYS_FILE = "keys.sqlite"
 
 
 def _settings(data_dir: Path | None, config: Path | None, store: str | None) -> Settings:
@@ -26,6 +26,16 @@ def _embedded_store(settings: Settings) -> Path | None:
     if url.startswith(("postgresql://", "postgres://")):
         return None
     return Path(url.removeprefix("sqlite:///").removeprefix("sqlite://"))
+
+
+def _databases(settings: Settings) -> dict[str, Path]:
+    """The data folder's databases by their name in a backup: keys, sources, query history,
+    and the embedded store unless the documents live in PostgreSQL."""
+    paths = (settings.keys_path, settings.sources_path, settings.history_path)
+    databases = {path.name: path for path in paths}
+    if (embedded := _embedded_store(settings)) is not None:
+        databases[INDEX_FILE] = embedded
+    return databases
 
 
 @app.command()
@@ -51,7 +61,7 @@ def audit(
     index = DocumentIndex.open(settings).store
     documents = index.audit_log(tenant, limit, before)
     index.close()
-    keys = KeyStore(settings.data_dir / KEYS_FILE).audit_log(tenant, limit, before)
+    keys = KeyStore(settings.keys_path).audit_log(tenant, limit, before)
     entries = merge_audit(documents, keys, limit=limit)
     if as_json:
         print(json.dumps([entry.as_json() for entry in entries]))
@@ -78,8 +88,8 @@ def backup(
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Back up the keys and the embedded store while the server runs (SQLite online backup);
-    a PostgreSQL store is backed up with pg_dump instead."""
+    """Back up the keys, the sources, the query history and the embedded store while the
+    server runs (SQLite online backup); a PostgreSQL store is backed up with pg_dump instead."""
     from ragserve.sqlite_db import check_integrity, copy_database
 
     settings = _settings(data_dir, config, store)
@@ -87,25 +97,23 @@ def backup(
         console.print(f"[red]error:[/red] {target} is not empty; back up into a new folder")
         raise typer.Exit(2)
     target.mkdir(parents=True, exist_ok=True)
-    embedded = _embedded_store(settings)
-    sources = {KEYS_FILE: settings.data_dir / KEYS_FILE}
-    if embedded is not None:
-        sources[INDEX_FILE] = embedded
+    databases = _databases(settings)
     copied = {}
-    for name, source in sources.items():
+    for name, source in databases.items():
         if not source.exists():
             continue
         copy_database(source, target / name)
         check_integrity(target / name)
         copied[name] = str(source)
-    manifest = {"created_at": time.time(), "files": copied, "index_in_postgresql": not embedded}
+    in_postgresql = INDEX_FILE not in databases
+    manifest = {"created_at": time.time(), "files": copied, "index_in_postgresql": in_postgresql}
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2))
     if as_json:
         print(json.dumps({"backup": str(target), **manifest}))
         return
     for name, source in copied.items():
         console.print(f"{source} -> {target / name}")
-    if embedded is None:
+    if in_postgresql:
         console.print("the documents are in PostgreSQL: back them up with pg_dump")
 
 
@@ -117,16 +125,20 @@ def restore(
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Restore keys and the embedded store from a backup, also while the server runs: its
-    next request sees the restored documents. Keys revoked since the backup stay revoked."""
+    """Restore from a backup, also while the server runs: its next request sees the restored
+    documents, keys, sources and query history. Keys revoked since the backup stay revoked."""
+    from ragserve.history import QueryHistory
     from ragserve.keys import KeyStore
+    from ragserve.rag.sources.registry import SourceRegistry
     from ragserve.rag.stores.sqlite import SqliteStore
     from ragserve.services import DocumentIndex
+    from ragserve.sqlite_db import restore_database
 
     settings = _settings(data_dir, config, store)
-    found = [name for name in (INDEX_FILE, KEYS_FILE) if (source / name).is_file()]
+    names = (INDEX_FILE, *(path.name for path in _databases(settings).values()))
+    found = [name for name in dict.fromkeys(names) if (source / name).is_file()]
     if not found:
-        console.print(f"[red]error:[/red] {source} holds no {INDEX_FILE} or {KEYS_FILE}")
+        console.print(f"[red]error:[/red] {source} holds none of {', '.join(names)}")
         raise typer.Exit(2)
     restored = []
     try:
@@ -138,10 +150,18 @@ def restore(
             index.restore_from(source / INDEX_FILE, actor="operator")
             index.close()
             restored.append(str(index.path))
-        if KEYS_FILE in found:
-            keys = KeyStore(settings.data_dir / KEYS_FILE)
-            keys.restore_from(source / KEYS_FILE, actor="operator")
+        if settings.keys_path.name in found:
+            keys = KeyStore(settings.keys_path)
+            keys.restore_from(source / settings.keys_path.name, actor="operator")
             restored.append(str(keys.path))
+        # Replaced whole, each opened once staged to bring an older backup's tables up to date.
+        for live, upgrade in (
+            (settings.sources_path, lambda staged: SourceRegistry(staged).close()),
+            (settings.history_path, lambda staged: QueryHistory(staged, 0, False).close()),
+        ):
+            if live.name in found:
+                restore_database(source / live.name, live, upgrade)
+                restored.append(str(live))
     except ValueError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(1) from error

@@ -35,7 +35,7 @@ def _settings(data_dir: Path | None, config: Path | None, store: str | None = No
 
 
 def _registry(data_dir: Path | None, config: Path | None) -> SourceRegistry:
-    return SourceRegistry(_settings(data_dir, config).data_dir / "sources.sqlite")
+    return SourceRegistry(_settings(data_dir, config).sources_path)
 
 
 def interval_s(every: str | None) -> float | None:
@@ -149,7 +149,7 @@ def sync_run(
     from ragserve.services import DocumentIndex
 
     settings = _settings(data_dir, config, store)
-    registry = SourceRegistry(settings.data_dir / "sources.sqlite")
+    registry = SourceRegistry(settings.sources_path)
     try:
         source = registry.get(tenant, name)
     except SourceError as error:

@@ -67,7 +67,7 @@ def run(
     for n in range(files):
         write_file(folder, n, 0)
     rules = {"default": {"groups": ["staff"]}, "rules": [{"path": "team1/*", "groups": ["t1"]}]}
-    registry = SourceRegistry(settings.data_dir / "sources.sqlite")
+    registry = SourceRegistry(settings.sources_path)
     crashed = SourceConfig("share", str(folder), "crashed", "admin", rules)
     registry.add(crashed)
     present, next_n = set(range(files)), files

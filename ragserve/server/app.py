@@ -140,7 +140,7 @@ def build_state(
         served = ServedModel.of(AsyncEngine(build_engine(other)), Path(name).name)
         also_served[served.id] = served
     rag = RagServices.build(settings, engine, embedder)
-    sources = SourceRegistry(settings.data_dir / "sources.sqlite")
+    sources = SourceRegistry(settings.sources_path)
     metrics = ServerMetrics(engine)
     metrics.watch_sources(sources)
     rerankers: dict[str, Reranker] = {default.id: LLMReranker(engine.tokenizer)}
@@ -149,7 +149,7 @@ def build_state(
     return ServerState(
         settings=settings,
         engine=engine,
-        keys=KeyStore(settings.data_dir / "keys.sqlite"),
+        keys=KeyStore(settings.keys_path),
         limiter=limiter
         or UserLimiter(
             settings.max_concurrent_requests_per_user, settings.tokens_per_minute_per_user
@@ -169,7 +169,7 @@ def build_state(
             rag.index, sources, settings.source_folders_root, settings.source_url_hosts
         ),
         history=QueryHistory(
-            settings.data_dir / "history.sqlite",
+            settings.history_path,
             settings.history_retention_days,
             settings.history_identities,
         ),
