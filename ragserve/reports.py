@@ -4,6 +4,8 @@ a report as JSON + Markdown + PNG plots into one folder."""
 import hashlib
 import json
 import math
+import os
+import platform
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -52,10 +54,40 @@ def code_version() -> str:
     return f"{__version__}+{commit}" if commit else __version__
 
 
+# The instruction sets the engine's kernels and oneDNN choose paths by (docs/benchmarks.md).
+MACHINE_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+
+
+def machine() -> dict[str, Any]:
+    """What a figure was measured on: a figure from one CPU type says nothing about another."""
+    described: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if not line.strip():
+                    break  # the first processor's block describes them all
+                name, _, value = line.partition(":")
+                described[name.strip()] = value.strip()
+    except OSError:
+        pass
+    model = described.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in described:
+        model += f" (family {described['cpu family']}, model {described.get('model', '?')})"
+    flags = described.get("flags", "").split()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "cpu": model,
+        "instructions": [flag for flag in MACHINE_FLAGS if flag in flags],
+        "cpus": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+    }
+
+
 def run_metadata(**fields: Any) -> dict[str, Any]:
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "code_version": code_version(),
+        "machine": machine(),
         **fields,
     }
 

@@ -1,7 +1,16 @@
 import json
 import math
+from pathlib import Path
 
-from ragserve.reports import markdown_table, summary, to_json, write_report
+from ragserve.reports import (
+    MACHINE_FLAGS,
+    markdown_table,
+    run_metadata,
+    run_section,
+    summary,
+    to_json,
+    write_report,
+)
 
 
 def test_reports_are_strict_json():
@@ -28,3 +37,13 @@ def test_write_report_writes_json_markdown_and_plots(tmp_path):
     assert [p.name for p in paths] == ["r.json", "r.md", "r-line.png"]
     assert json.loads(paths[0].read_text()) == {"x": None}
     assert "| 1 | 0.500 |" in paths[1].read_text() and "r-line.png" in paths[1].read_text()
+
+
+def test_every_report_names_the_machine_it_ran_on():
+    meta = run_metadata(title="t")
+    machine = meta["machine"]
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    flags = cpuinfo.split("flags", 1)[1].split("\n", 1)[0].split()
+    assert machine["instructions"] == [f for f in MACHINE_FLAGS if f in flags]
+    assert machine["cpu"] and machine["cpus"] >= 1 and machine["memory_gib"] > 0
+    assert machine["cpu"] in run_section(meta)
