@@ -30,6 +30,8 @@ class Choice:
     refusal: str | None = None
     # The choice's logprobs object as sent, when the request asked for log-probabilities.
     logprobs: dict[str, Any] | None = None
+    # Closed with its grammar's shortest ending to fit max_tokens (engine/ending.py).
+    closed_early: bool = False
 
 
 @dataclass
@@ -64,12 +66,19 @@ def completion_of(
         called = Choice("", "tool_calls", calls) if calls else None
         choice = called or Choice(c.text, c.finish_reason)
         choice.logprobs = logprobs_of(output, c) if logprobs_of is not None else None
+        choice.closed_early = c.closed_early
         choices.append(choice)
     return Completion(choices, usage_of(output))
 
 
 def wire_finish_reason(reason: str | None) -> str | None:
     return {"stop": "stop", "length": "length", "abort": "abort"}.get(reason or "", reason)
+
+
+def marked(choice: dict[str, Any], closed_early: bool) -> dict[str, Any]:
+    """A finished choice as sent: ragserve's `closed_early: true` on one that was (not in
+    OpenAI's shape, left out otherwise), as vLLM adds its `stop_reason`."""
+    return choice | {"closed_early": True} if closed_early else choice
 
 
 class Reply:
@@ -130,24 +139,21 @@ class Reply:
                         "content": None,
                         "tool_calls": [call.wire() for call in choice.tool_calls],
                     }
-                choices.append(
-                    {
-                        "index": index,
-                        "message": message,
-                        "finish_reason": reason,
-                        "logprobs": choice.logprobs,
-                    }
-                )
+                wired = {
+                    "index": index,
+                    "message": message,
+                    "finish_reason": reason,
+                    "logprobs": choice.logprobs,
+                }
             else:
                 text = self.echo + choice.text
-                choices.append(
-                    {
-                        "index": index,
-                        "text": text,
-                        "finish_reason": reason,
-                        "logprobs": choice.logprobs,
-                    }
-                )
+                wired = {
+                    "index": index,
+                    "text": text,
+                    "finish_reason": reason,
+                    "logprobs": choice.logprobs,
+                }
+            choices.append(marked(wired, choice.closed_early))
         return {
             "id": self.request_id,
             "object": self.kind,
@@ -247,22 +253,17 @@ class Reply:
                     if calls:
                         reason = wire_finish_reason(choice.finish_reason) if done else None
                         for delta, finish in calls[choice.index].feed(piece, reason):
-                            yield self.event(
-                                [self.delta(choice.index, delta, finish, logprobs)], usage
-                            )
+                            wired = self.delta(choice.index, delta, finish, logprobs)
+                            yield self.event([marked(wired, done and choice.closed_early)], usage)
                             logprobs = None
                     elif piece or done or logprobs is not None:
-                        yield self.event(
-                            [
-                                self._choice(
-                                    choice.index,
-                                    piece if piece or not self.chat else None,
-                                    wire_finish_reason(choice.finish_reason),
-                                    logprobs=logprobs,
-                                )
-                            ],
-                            usage,
+                        wired = self._choice(
+                            choice.index,
+                            piece if piece or not self.chat else None,
+                            wire_finish_reason(choice.finish_reason),
+                            logprobs=logprobs,
                         )
+                        yield self.event([marked(wired, done and choice.closed_early)], usage)
                 if output.finished and self.body.final_usage:
                     yield self.event([], usage_of(output))
             yield "data: [DONE]\n\n"
@@ -282,14 +283,13 @@ class Reply:
             if choice.tool_calls:
                 wire = [{"index": i, **call.wire()} for i, call in enumerate(choice.tool_calls)]
                 delta = self.delta(index, {"tool_calls": wire}, reason, choice.logprobs)
-                yield self.event([delta], usage)
+                yield self.event([marked(delta, choice.closed_early)], usage)
             else:
                 text = choice.text
                 if self.echo and self.logprob_format is not None and not self.chat:
                     text = self.echo + text
-                yield self.event(
-                    [self._choice(index, text, reason, logprobs=choice.logprobs)], usage
-                )
+                wired = self._choice(index, text, reason, logprobs=choice.logprobs)
+                yield self.event([marked(wired, choice.closed_early)], usage)
         if self.body.final_usage:
             yield self.event([], cached.usage)
         yield "data: [DONE]\n\n"

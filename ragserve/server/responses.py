@@ -42,6 +42,8 @@ class ChatChoice(Body):
     message: AssistantMessage
     finish_reason: str | None
     logprobs: ChatLogprobs | None = None
+    # ragserve's: present (true) when the output was closed to fit max_tokens.
+    closed_early: bool = False
 
 
 class ChatCompletionResponse(Body):
@@ -69,6 +71,8 @@ class TextChoice(Body):
     text: str
     finish_reason: str | None
     logprobs: TextLogprobs | None = None
+    # ragserve's: present (true) when the output was closed to fit max_tokens.
+    closed_early: bool = False
 
 
 class CompletionResponse(Body):

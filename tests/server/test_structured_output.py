@@ -71,20 +71,25 @@ def test_parse_returns_a_valid_instance_for_every_prompt(server):
     assert all(isinstance(p, Contact) for p in parsed), parsed
 
 
-def test_streamed_json_schema_output_parses(api):
+def streamed_choices(api, prompt: str, model: type[BaseModel], max_tokens: int) -> list:
+    """The streamed chunks' choices of a greedy reply held to the model's JSON schema."""
     stream = api.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": PROMPTS[1]}],
+        messages=[{"role": "user", "content": prompt}],
         response_format={
             "type": "json_schema",
-            "json_schema": {"name": "contact", "schema": Contact.model_json_schema()},
+            "json_schema": {"name": model.__name__, "schema": model.model_json_schema()},
         },
-        max_tokens=128,
+        max_tokens=max_tokens,
         temperature=0,
         stream=True,
     )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    Contact.model_validate_json(text)
+    return [chunk.choices[0] for chunk in stream if chunk.choices]
+
+
+def test_streamed_json_schema_output_parses(api):
+    chunks = streamed_choices(api, PROMPTS[1], Contact, 128)
+    Contact.model_validate_json("".join(c.delta.content or "" for c in chunks))
 
 
 def test_json_object_and_structured_outputs(api):
@@ -319,18 +324,28 @@ def test_a_reply_closed_to_fit_max_tokens_parses_and_is_counted(server, api):
         assert counts, "no ragserve:constrained_closed_early_total in /metrics"
         return sum(float(line.rpartition(" ")[2]) for line in counts)
 
+    def story(max_tokens: int):
+        return api.chat.completions.parse(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a long story about a dragon."}],
+            response_format=Story,
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+
     before = closed_early()
-    completion = api.chat.completions.parse(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Tell me a long story about a dragon."}],
-        response_format=Story,
-        max_tokens=24,
-        temperature=0,
-    )
-    assert completion.choices[0].finish_reason == "stop"
-    assert isinstance(completion.choices[0].message.parsed, Story)
+    completion = story(24)
+    (choice,) = completion.choices
+    assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Story)
     assert completion.usage.completion_tokens <= 24
+    assert choice.model_extra["closed_early"] is True
     assert closed_early() == before + 1
+    chunks = streamed_choices(api, "Tell me a long story about a dragon.", Story, 24)
+    Story.model_validate_json("".join(c.delta.content or "" for c in chunks))
+    assert chunks[-1].finish_reason == "stop" and chunks[-1].model_extra["closed_early"] is True
+    assert not any((c.model_extra or {}).get("closed_early") for c in chunks[:-1])
+    # A reply that ends by itself carries no mark.
+    assert "closed_early" not in (story(80).choices[0].model_extra or {})
 
 
 def test_a_forced_call_carries_exactly_the_declared_arguments(api):
