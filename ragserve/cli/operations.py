@@ -135,8 +135,8 @@ def restore(
     from ragserve.sqlite_db import restore_database
 
     settings = _settings(data_dir, config, store)
-    names = (INDEX_FILE, *(path.name for path in _databases(settings).values()))
-    found = [name for name in dict.fromkeys(names) if (source / name).is_file()]
+    names = list(dict.fromkeys([INDEX_FILE, *_databases(settings)]))
+    found = [name for name in names if (source / name).is_file()]
     if not found:
         console.print(f"[red]error:[/red] {source} holds none of {', '.join(names)}")
         raise typer.Exit(2)
