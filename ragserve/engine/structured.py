@@ -143,12 +143,13 @@ def fill_masks(
 
     words = (vocab_size + 31) // 32
     bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
-    work = [(matchers[row], k) for k, row in enumerate(rows)]
-    executor().unsafe_compute_mask_ptr(work, bitmask.data_ptr(), words * 4, len(rows))
+    forced = forced or [None] * len(matchers)
+    # A forced row's mask is its one token: llguidance computes only the others.
+    work = [(matchers[row], k) for k, row in enumerate(rows) if forced[row] is None]
+    if work:
+        executor().unsafe_compute_mask_ptr(work, bitmask.data_ptr(), words * 4, len(rows))
     for k, row in enumerate(rows):
-        token = forced[row] if forced is not None else None
-        if token is not None:
-            bitmask[k] = 0
+        if (token := forced[row]) is not None:
             # Bit 31 of an int32 word is its sign.
             bitmask[k, token // 32] = ((1 << (token % 32)) + 2**31) % 2**32 - 2**31
     return Masks(torch.tensor(rows, dtype=torch.long), bitmask)
