@@ -60,6 +60,8 @@ MACHINE_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "a
 
 def machine() -> dict[str, Any]:
     """What a figure was measured on: a figure from one CPU type says nothing about another."""
+    from ragserve.engine.config import cpu_flags
+
     described: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -73,11 +75,10 @@ def machine() -> dict[str, Any]:
     model = described.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in described:
         model += f" (family {described['cpu family']}, model {described.get('model', '?')})"
-    flags = described.get("flags", "").split()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return {
         "cpu": model,
-        "instructions": [flag for flag in MACHINE_FLAGS if flag in flags],
+        "instructions": [flag for flag in MACHINE_FLAGS if flag in cpu_flags()],
         "cpus": os.cpu_count(),
         "memory_gib": round(memory / 2**30, 1),
     }
