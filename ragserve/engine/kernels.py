@@ -136,13 +136,15 @@ def linear(
     if weight.dtype == torch.bfloat16 and widen and not weight.is_mkldnn:
         wide = long_input is not None and long_input.dtype == torch.float32
         matrix = long_input if wide else weight.float()
-        x, bias = x.float(), None if bias is None else bias.float()
     else:
         matrix = weight if long_input is None else long_input
+    # The input and bias meet the matrix in its dtype: an int8 weight's copy is float32 where
+    # the CPU has no bfloat16 matmul, whatever the activations are.
+    x, bias = x.to(matrix.dtype), None if bias is None else bias.to(matrix.dtype)
     if matrix.is_mkldnn:
-        y = torch.ops.mkldnn._linear_pointwise(x.to(matrix.dtype), matrix, bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x, matrix, bias, "none", [], "")
     else:
-        y = F.linear(x.to(matrix.dtype), matrix, bias)
+        y = F.linear(x, matrix, bias)
     return y.to(out_dtype)
 
 

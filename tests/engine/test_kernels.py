@@ -316,6 +316,21 @@ def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
     assert kernels.build_directory(copy) != kernels.build_directory()
 
 
+def test_an_int8_projection_with_bfloat16_inputs_works_without_a_bfloat16_matmul(monkeypatch):
+    """Where the CPU has no bfloat16 matmul, an int8 weight's copy for long inputs holds
+    float32 values; bfloat16 inputs and bias meet it in float32 (a model with biases in
+    bfloat16 on an AVX2 CPU)."""
+    monkeypatch.setattr(kernels, "native_bf16", lambda: False)
+    torch.manual_seed(0)
+    projection = Projection.of(torch.randn(37, 203).bfloat16(), torch.randn(37).bfloat16())
+    projection.to_int8()
+    rounded = projection.weight.float() * projection.scale[:, None]
+    x = torch.randn(40, 203).bfloat16()
+    expected = F.linear(x.float(), rounded, projection.bias.float())
+    got = projection(x, out_dtype=torch.float32)
+    torch.testing.assert_close(got, expected, atol=0.15, rtol=0.015)
+
+
 def test_an_int8_projection_serves_long_inputs_without_onednn(monkeypatch):
     """Without oneDNN the rounded weight is kept as a plain tensor for long inputs."""
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
