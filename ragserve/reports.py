@@ -60,7 +60,9 @@ MACHINE_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "a
 
 def machine() -> dict[str, Any]:
     """What a figure was measured on: a figure from one CPU type says nothing about another."""
-    from ragserve.engine.config import cpu_flags
+    import torch
+
+    from ragserve.engine.config import cpu_isa, machine_flags
 
     described: dict[str, str] = {}
     try:
@@ -78,7 +80,11 @@ def machine() -> dict[str, Any]:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return {
         "cpu": model,
-        "instructions": [flag for flag in MACHINE_FLAGS if flag in cpu_flags()],
+        "instructions": [flag for flag in MACHINE_FLAGS if flag in machine_flags()],
+        # What ran, where a run held the code to fewer instructions than the CPU has
+        # (RAGSERVE_CPU_ISA, ATEN_CPU_CAPABILITY; docs/operations.md).
+        "kernels_isa": cpu_isa(),
+        "torch_isa": torch.backends.cpu.get_cpu_capability(),
         "cpus": os.cpu_count(),
         "memory_gib": round(memory / 2**30, 1),
     }

@@ -47,3 +47,13 @@ def test_every_report_names_the_machine_it_ran_on():
     assert machine["instructions"] == [f for f in MACHINE_FLAGS if f in flags]
     assert machine["cpu"] and machine["cpus"] >= 1 and machine["memory_gib"] > 0
     assert machine["cpu"] in run_section(meta)
+    assert machine["kernels_isa"] == "native" and machine["torch_isa"]
+
+
+def test_a_run_held_to_avx2_says_so_and_still_names_what_the_cpu_has(monkeypatch):
+    from ragserve.engine import config
+
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx2")
+    machine = run_metadata()["machine"]
+    assert machine["kernels_isa"] == "avx2"
+    assert machine["instructions"] == [f for f in MACHINE_FLAGS if f in config.machine_flags()]

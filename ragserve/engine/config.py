@@ -21,14 +21,39 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
 
 
+# RAGSERVE_CPU_ISA=avx2 holds ragserve's own kernels, and the paths chosen by CPU flags, to
+# AVX2 and FMA (x86-64-v3) on a CPU that has more: kernels for a fleet that mixes CPU types, or
+# the AVX2 paths measured on a newer CPU (docs/benchmarks.md). torch's kernels follow their own
+# variables (docs/operations.md). The value is what GCC's -march takes.
+CPU_ISAS = {"native": "native", "avx2": "x86-64-v3"}
+# What the avx2 ISA does without: every flag that starts so.
+BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")
+
+
+def cpu_isa() -> str:
+    isa = os.environ.get("RAGSERVE_CPU_ISA", "native")
+    if isa not in CPU_ISAS:
+        raise ValueError(f"RAGSERVE_CPU_ISA must be one of {', '.join(CPU_ISAS)}, not {isa!r}")
+    return isa
+
+
 @functools.cache
-def cpu_flags() -> frozenset[str]:
+def machine_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux names them (empty where /proc/cpuinfo is unreadable)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             return frozenset(next((ln for ln in cpuinfo if ln.startswith("flags")), "").split())
     except OSError:
         return frozenset()
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The flags the engine chooses its paths by: the CPU's, without those past AVX2 when
+    RAGSERVE_CPU_ISA=avx2."""
+    if cpu_isa() == "avx2":
+        return frozenset(flag for flag in machine_flags() if not flag.startswith(BEYOND_AVX2))
+    return machine_flags()
 
 
 def native_bf16() -> bool:

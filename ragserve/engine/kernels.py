@@ -1,4 +1,4 @@
-"""The engine's C++ CPU kernels (csrc/), built on first use once per machine, torch version and
+"""The engine's C++ CPU kernels (csrc/), built on first use once per CPU type, torch version and
 source under the cache directory, and the PyTorch paths used where no compiler is available.
 
 Each kernel and its PyTorch path are checked against plain references in
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.config import cache_dir, cpu_flags, native_bf16
+from ragserve.engine.config import CPU_ISAS, cache_dir, cpu_flags, cpu_isa, native_bf16
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +45,20 @@ INT8_SMALL_BATCH_ROWS = 8
 
 
 CSRC = Path(__file__).parent / "csrc"
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+
+
+def compiler_flags() -> list[str]:
+    return ["-O3", f"-march={CPU_ISAS[cpu_isa()]}", "-ffast-math", "-fopenmp"]
 
 
 def build_directory(csrc: Path = CSRC) -> Path:
     """Where the kernels are built: keyed by what the build is made of (torch, sources, headers,
-    flags), so two checkouts that share a cache directory each keep their own build instead of
-    rebuilding the other's."""
-    made_of = hashlib.sha256(" ".join([torch.__version__, *FLAGS]).encode())
+    flags, and the CPU's flags, which -march=native builds for), so two checkouts, or two CPU
+    types, that share a cache directory each keep their own build instead of rebuilding the
+    other's or running code their CPU lacks."""
+    made_of = hashlib.sha256(
+        " ".join([torch.__version__, *compiler_flags(), *sorted(cpu_flags())]).encode()
+    )
     for source in sorted(csrc.iterdir()):
         made_of.update(source.name.encode() + b"\0" + source.read_bytes())
     return cache_dir() / "torch_extensions" / f"{torch.__version__}-{made_of.hexdigest()[:16]}"
@@ -80,7 +86,7 @@ def extension() -> ModuleType | None:
             return load(
                 name="ragserve_kernels",
                 sources=[str(sources / name) for name in SOURCES],
-                extra_cflags=FLAGS,
+                extra_cflags=compiler_flags(),
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(build_dir),
             )

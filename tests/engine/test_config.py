@@ -33,3 +33,22 @@ def test_out_of_range_limits_are_refused_with_their_name(field, value, message):
 def test_an_unknown_quantization_is_refused():
     with pytest.raises(ValueError, match="quantization must be one of none, int8"):
         EngineConfig(quantization="int4")
+
+
+def test_the_avx2_isa_hides_every_flag_past_avx2(monkeypatch):
+    """RAGSERVE_CPU_ISA=avx2: no AVX-512 or AMX flag is seen, so no path is chosen for them
+    (and auto runs float32, as on a CPU with AVX2 only); the rest of the flags stay."""
+    native = config.cpu_flags.__wrapped__()
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx2")
+    held = config.cpu_flags.__wrapped__()
+    assert not any(flag.startswith(("avx512", "amx", "avx_vnni")) for flag in held)
+    assert {"avx2", "fma", "sse4_2"} & native <= held
+    monkeypatch.setattr(config, "cpu_flags", lambda: held)
+    assert not config.native_bf16()
+    assert EngineConfig().dtype == "float32"
+
+
+def test_an_unknown_cpu_isa_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx512")
+    with pytest.raises(ValueError, match="RAGSERVE_CPU_ISA must be one of native, avx2"):
+        config.cpu_flags.__wrapped__()

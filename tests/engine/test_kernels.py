@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ragserve.engine import kernels
-from ragserve.engine.config import native_bf16
+from ragserve.engine.config import cpu_flags, native_bf16
 from ragserve.engine.layers import Projection
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -314,6 +314,55 @@ def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
     assert kernels.build_directory(copy) == kernels.build_directory()
     (copy / "linear.cpp").write_text((copy / "linear.cpp").read_text() + "\n// changed\n")
     assert kernels.build_directory(copy) != kernels.build_directory()
+
+
+def test_the_build_directory_follows_the_cpu_and_the_isa(tmp_path, monkeypatch):
+    """A cache directory shared by two CPU types (a network home, an image) keeps a build per
+    type: a -march=native build can hold instructions the other CPU lacks. RAGSERVE_CPU_ISA=avx2
+    builds for x86-64-v3 in a directory of its own."""
+    monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "native")
+    native = kernels.build_directory()
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    other_cpu = kernels.build_directory()
+    assert other_cpu != native
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx2")
+    assert "-march=x86-64-v3" in kernels.compiler_flags()
+    assert kernels.build_directory() not in (native, other_cpu)
+
+
+@pytest.mark.skipif(
+    "avx512f" not in cpu_flags() or not {"avx2", "fma"} <= cpu_flags(),
+    reason="the kernels built here are the AVX2 ones already",
+)
+def test_the_avx2_kernels_pass_the_kernel_tests_on_a_newer_cpu():
+    """The kernels' AVX2 forms, which a CPU with AVX-512 never builds, built for x86-64-v3
+    and run through this file's and the attention kernels' tests (a fresh build takes a
+    minute; the build is cached like the native one)."""
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not avx2_kernels",
+            str(tests / "test_kernels.py"),
+            str(tests / "test_attention.py"),
+        ],
+        env=os.environ | {"RAGSERVE_CPU_ISA": "avx2"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 def test_an_int8_projection_with_bfloat16_inputs_works_without_a_bfloat16_matmul(monkeypatch):
