@@ -41,6 +41,9 @@ BF16_DOT_SMALL_BATCH_ROWS = 8
 AMX_SMALL_BATCH_ROWS = 2
 # int8 weights: their kernel streams half bfloat16's bytes, 1.2-1.7× faster than bfloat16 dot
 # products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16.
+# Without a bfloat16 matmul the copy is float32, a quarter of the kernel's speed of reading, and
+# the kernel's AVX2 form stays ahead of oneDNN on it to 128 rows (AVX2 code on the AVX-512 BF16
+# machine, docs/benchmarks.md): there it takes what the float32 kernel takes.
 INT8_SMALL_BATCH_ROWS = 8
 
 
@@ -98,7 +101,7 @@ def extension() -> ModuleType | None:
 def small_batch_rows(weight: torch.Tensor) -> int:
     """Inputs up to this many rows go through the small-batch kernel (SMALL_BATCH_ROWS)."""
     if weight.dtype == torch.int8:
-        return INT8_SMALL_BATCH_ROWS
+        return INT8_SMALL_BATCH_ROWS if native_bf16() else SMALL_BATCH_ROWS
     if weight.dtype == torch.bfloat16 and native_bf16():
         if "amx_bf16" in cpu_flags():
             return AMX_SMALL_BATCH_ROWS
@@ -169,10 +172,15 @@ def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:
     """
     if weight.dtype != torch.bfloat16:
         return None
-    values = weight if native_bf16() else weight.float()
+    laid_out = onednn_layout(weight if native_bf16() else weight.float())
+    return None if laid_out is weight else laid_out
+
+
+def onednn_layout(values: torch.Tensor) -> torch.Tensor:
+    """A weight in oneDNN's blocked layout for its matmul, where torch has oneDNN."""
     if torch.backends.mkldnn.is_available():
         return torch.ops.mkldnn._reorder_linear_weight(values)
-    return None if values is weight else values
+    return values
 
 
 def add_rms_norm(

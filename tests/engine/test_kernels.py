@@ -380,6 +380,32 @@ def test_an_int8_projection_with_bfloat16_inputs_works_without_a_bfloat16_matmul
     torch.testing.assert_close(got, expected, atol=0.15, rtol=0.015)
 
 
+def test_without_a_bfloat16_matmul_int8_weights_stream_through_the_kernel_to_32_rows(monkeypatch):
+    """There the long inputs' copy is float32, and the int8 kernel stays ahead of it as far as
+    the float32 kernel does: 32 rows give each row what it gives alone (the kernel's
+    guarantee), where a CPU with a bfloat16 matmul hands them to oneDNN."""
+    monkeypatch.setattr(kernels, "native_bf16", lambda: False)
+    torch.manual_seed(0)
+    projection = Projection.of(torch.randn(96, 64))
+    projection.to_int8()
+    x = torch.randn(kernels.SMALL_BATCH_ROWS, 64)
+    alone = torch.cat([projection(x[i : i + 1]) for i in range(len(x))])
+    assert torch.equal(projection(x), alone)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+def test_a_float32_int8_projection_keeps_its_rounded_values_in_onednn_layout():
+    """Its long inputs multiply the rounded values laid out once for oneDNN (they replace the
+    weight, so the layout costs no memory), and get the plain matmul's result."""
+    torch.manual_seed(0)
+    projection = Projection.of(torch.randn(37, 203))
+    projection.to_int8()
+    assert projection.long_input.is_mkldnn
+    rounded = projection.weight.float() * projection.scale[:, None]
+    x = torch.randn(300, 203)
+    torch.testing.assert_close(projection(x), F.linear(x, rounded), atol=1e-4, rtol=1e-4)
+
+
 def test_an_int8_projection_serves_long_inputs_without_onednn(monkeypatch):
     """Without oneDNN the rounded weight is kept as a plain tensor for long inputs."""
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
