@@ -34,13 +34,15 @@ SOURCES = (
 # PyTorch's matmul at 1-8 rows and still ahead at 32. With AVX-512 BF16 and no AMX, its
 # bfloat16 dot products stream a token's projections faster than oneDNN's bfloat16 matmul up to
 # 8 rows (1.03× at 8, measured over every layer's weights from memory); oneDNN's blocking wins
-# from 12 (1.2×). With AMX, oneDNN on its own blocked copy of a bfloat16 weight is 2-6.5×
-# faster from 5 rows.
+# from 12 (1.2×). With AMX, oneDNN's AMX matmul on its blocked copy wins from 6 rows (1.2× at
+# 6, 1.7× at 12); at 1-5 rows the dot products stream the weights faster (1.6× at 1, 1.2× at 3,
+# 1.04× at 5), which covers one sequence verifying 4 drafts.
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
-AMX_SMALL_BATCH_ROWS = 2
+AMX_SMALL_BATCH_ROWS = 5
 # int8 weights: their kernel streams half bfloat16's bytes, 1.2-1.7× faster than bfloat16 dot
-# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16.
+# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16
+# (with AMX: 1.1× the kernel at 8 rows, a tie at 10, 0.9× at 12).
 # Without a bfloat16 matmul the copy is float32, a quarter of the kernel's speed of reading, and
 # the kernel's AVX2 form stays ahead of oneDNN on it to 128 rows (AVX2 code on the AVX-512 BF16
 # machine, docs/benchmarks.md): there it takes what the float32 kernel takes.
