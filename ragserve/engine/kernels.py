@@ -35,11 +35,12 @@ SOURCES = (
 # bfloat16 dot products stream a token's projections faster than oneDNN's bfloat16 matmul up to
 # 8 rows (1.03× at 8, measured over every layer's weights from memory); oneDNN's blocking wins
 # from 12 (1.2×). With AMX, oneDNN's AMX matmul on its blocked copy wins from 6 rows (1.2× at
-# 6, 1.7× at 12); at 1-5 rows the dot products stream the weights faster (1.6× at 1, 1.2× at 3,
-# 1.04× at 5), which covers one sequence verifying 4 drafts.
+# 6, 1.7× at 12). Over every projection alone the dot products lead it at 3-5 rows too (1.2× at
+# 3, 1.04× at 5), but in the engine one sequence's 5-row verify steps took 18.9 ms p50 through
+# the kernel against 18.6 through oneDNN (steps alternating the two), so the kernel stops at 2.
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
-AMX_SMALL_BATCH_ROWS = 5
+AMX_SMALL_BATCH_ROWS = 2
 # int8 weights: their kernel streams half bfloat16's bytes, 1.2-1.7× faster than bfloat16 dot
 # products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16
 # (with AMX: 1.1× the kernel at 8 rows, a tie at 10, 0.9× at 12).
