@@ -102,7 +102,9 @@ def test_documents_may_embed_in_bfloat16_and_queries_stay_float32(monkeypatch):
     assert (exact * rounded).sum(axis=1).min() > 0.999
     assert np.abs(half.embed_passages([TEXTS[1]])[0] - rounded[1]).max() < 5e-3
     assert np.array_equal(half.embed(TEXTS), single.embed(TEXTS))
-    assert np.abs(single.embed_passages(TEXTS) - single.embed(TEXTS)).max() == 0
+    # float32 documents are the query path's vectors up to the last bits: ingestion computes on
+    # every core, and a matmul split across two threads may round otherwise (an Intel Xeon, AMX).
+    assert np.abs(single.embed_passages(TEXTS) - single.embed(TEXTS)).max() < 1e-6
 
 
 def test_auto_dtype_follows_the_cpu(monkeypatch):
