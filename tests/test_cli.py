@@ -261,9 +261,10 @@ def test_a_generated_answer_builds_the_engine_once(tmp_path, embedder, monkeypat
 
 
 def test_the_command_line_starts_without_the_engine():
-    """Importing the CLI, the package and the request types loads neither torch nor llguidance:
-    a command that needs no model (docs list, a quoted answer) does not pay for them."""
-    heavy = ("torch", "llguidance", "sentence_transformers")
+    """Importing the CLI, the package and the request types loads none of torch, transformers
+    and llguidance: a command that needs no model (docs list, a quoted answer) does not pay for
+    them (transformers alone took a second)."""
+    heavy = ("torch", "transformers", "llguidance", "sentence_transformers")
     probe = (
         "import sys, ragserve, ragserve.cli, ragserve.engine.sampling_params;"
         f"print([m for m in {heavy!r} if m in sys.modules])"

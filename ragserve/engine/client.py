@@ -9,21 +9,22 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Protocol
 
 from ragserve.engine.cache_salt import CacheSalt, Narrowing
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.stats import EngineStats
 
+if TYPE_CHECKING:  # importing transformers takes a second; the RAG path may need no model
+    from transformers import PreTrainedTokenizerBase
+
 
 class TokenizedModel(Protocol):
     """The model as prompt building sees it: its tokenizer and context length."""
 
     @property
-    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+    def tokenizer(self) -> "PreTrainedTokenizerBase": ...
 
     @property
     def max_model_len(self) -> int: ...
@@ -33,7 +34,7 @@ class TokenizedModel(Protocol):
 class FixedModel:
     """A tokenizer and context length known up front, as a TokenizedModel."""
 
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: "PreTrainedTokenizerBase"
     max_model_len: int
 
 

@@ -11,12 +11,14 @@ finished prompt never exceeds max_model_len minus the output reserve.
 import bisect
 import functools
 from dataclasses import dataclass
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from ragserve.engine.cache_salt import Narrowing
 from ragserve.engine.client import TokenizedModel
 from ragserve.rag.documents import ScoredChunk, evidence_salt
+
+if TYPE_CHECKING:  # importing transformers takes a second, and a quoted answer builds no prompt
+    from transformers import PreTrainedTokenizerBase
 
 TEMPLATE_VERSION = "rag-prompt-v3"
 REFUSAL = "I could not find this in the documents you can access."
@@ -84,7 +86,7 @@ class PromptBuilder:
         self.mark = mark
 
     @property
-    def tokenizer(self) -> PreTrainedTokenizerBase:
+    def tokenizer(self) -> "PreTrainedTokenizerBase":
         return self.model.tokenizer
 
     @functools.cached_property

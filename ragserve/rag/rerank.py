@@ -11,13 +11,14 @@ import asyncio
 import math
 import os
 from pathlib import Path
-from typing import Protocol
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Protocol
 
 from ragserve.engine.client import Generate
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.documents import ScoredChunk, evidence_salt
+
+if TYPE_CHECKING:  # importing transformers takes a second; only the LLM reranker needs it
+    from transformers import PreTrainedTokenizerBase
 
 JUDGE_PROMPT = (
     "Passage:\n{passage}\n\nQuestion: {question}\n"
@@ -48,7 +49,7 @@ async def rerank(
 
 
 class LLMReranker:
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_passage_chars: int = 2000) -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", max_passage_chars: int = 2000) -> None:
         self.tokenizer = tokenizer
         self.max_passage_chars = max_passage_chars
         self.yes_ids = self._token_ids(("yes", "Yes", " yes", " Yes", "YES"))
