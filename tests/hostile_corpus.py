@@ -1,5 +1,5 @@
 """A corpus of hostile files, generated (never stored): damaged PDF, docx and HTML, zip bombs,
-text in other encodings, deeply nested Markdown, empty files and binary garbage.
+text in other encodings, deeply nested Markdown, broken CSV, empty files and binary garbage.
 
 Each file says what a parser must make of it: `error` (a ParseError whose message names the file
 and contains the given words), `text` (parsed, and its text contains the given words), or
@@ -245,6 +245,13 @@ def _empty_and_garbage() -> list[HostileFile]:
         HostileFile("pdf-named.txt", PDF, "error", "not UTF-8"),
         HostileFile("docx-named.md", DOCX, "error"),
         HostileFile("zeros.html", bytes(512), "error", "NUL"),
+        HostileFile("empty.csv", b"", "error", "empty"),
+        HostileFile("garbage.csv", garbage, "error", "not UTF-8"),
+        HostileFile("zeros.csv", bytes(512), "error", "NUL"),
+        HostileFile("only-commas.csv", b",,,\n;;;\n", "error", "no text"),
+        # An unclosed quote swallows the rest of the file into one cell, past the csv module's
+        # field limit (128 KiB).
+        HostileFile("unclosed.csv", b'a,b\n"' + b"x," * 100_000, "error", "not a readable table"),
     ]
 
 
@@ -277,6 +284,7 @@ GOOD_WORDS = {
     "glacier.html": "moraines",
     "turbine.pdf": "anemometer",
     "expenses.docx": "per-diem",
+    "tides.csv": "spring tide",
 }
 GOOD_FILES = {
     "lighthouse.txt": b"Lighthouses guide ships along dangerous coasts with rotating beams.\n",
@@ -286,4 +294,5 @@ GOOD_FILES = {
     ),
     "turbine.pdf": pdf_of("Wind Turbines", "The anemometer on the nacelle measures wind speed."),
     "expenses.docx": docx_of("Expenses", "The per-diem rate covers meals and local transport."),
+    "tides.csv": b"Port,Spring tide (m)\nBergen,1.8\n",
 }

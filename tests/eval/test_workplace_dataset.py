@@ -64,7 +64,7 @@ def test_folder_corpus_digest_covers_names_and_bytes(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.md").write_text("# A\n\nAlpha.\n")
     (tmp_path / "b.txt").write_text("Beta.\n")
-    (tmp_path / "notes.csv").write_text("not, a, document\n")
+    (tmp_path / "notes.json").write_text('{"not": "a document"}\n')
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "c.txt").write_text("Hidden.\n")
     first = load_corpus(str(tmp_path))

@@ -68,6 +68,11 @@ Decision: the depot budget is set at 3.6 million NOK.
 Decision: a night shift at the depot starts on 5 May 2025.
 Recruitment of six forklift drivers and one foreman is approved.
 """
+PRICES = """Item;Unit price (NOK);In stock
+Vibration sensor VM-40;4 900;120
+Gateway SG-2;7 500;35
+Mounting kit;350;410
+"""
 BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
 
 STAFF = AccessFilter("acme", "sue", ("staff",))
@@ -85,6 +90,7 @@ def documents(embedder, tmp_path_factory):
         ("faq.txt", FAQ, staff),
         ("notes.txt", NOTES, staff),
         ("depot.txt", DEPOT, staff),
+        ("price-list.csv", PRICES, staff),
         ("board.txt", BOARD, Acl.of(groups=["board"])),
     ):
         assert ingestor.ingest(SourceDocument(name, text.encode()), "acme", "root", acl).ok
@@ -128,6 +134,13 @@ def test_a_table_row_with_its_headers_is_the_answer(answers):
     result = ask(always_answering(answers), "What was the CSAT score in August?")
     assert result.mode == "extractive", result
     assert "Month: August | Tickets: 1,204 | CSAT: 4.6" in result.answer
+
+
+def test_a_spreadsheet_row_is_the_answer(answers, documents):
+    result = ask(answers, "What is the unit price of the SG-2 gateway?")
+    assert result.mode == "extractive", result
+    assert "Item: Gateway SG-2 | Unit price (NOK): 7 500 | In stock: 35" in result.answer
+    assert quoted_sources(result, documents) == {"price-list.csv"}
 
 
 def test_an_faq_answer_is_quoted_not_its_question(answers):

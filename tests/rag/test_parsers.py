@@ -91,6 +91,9 @@ def test_pdf_and_docx():
         (b"\x89PNG\r\n\x1a\n\x00\x00binary", "image.txt", "not UTF-8 text"),
         (b"   \n  ", "empty.md", "empty"),
         (b"data", "archive.zip", "unsupported file type"),
+        (b"Month,CSAT\n\xff\xfe,4.4\n", "figures.csv", "not UTF-8 text"),
+        (b" , ,\n,,\n", "blank.csv", "no rows"),
+        (b'Month,CSAT\n"July,4.4\n' + b"x" * 200_000, "unclosed.csv", "not a readable table"),
     ],
 )
 def test_bad_files_get_a_clear_error(data, name, message):
@@ -283,3 +286,44 @@ def test_pdf_table_without_lines_keeps_its_text():
     parsed = parse_bytes(make_table_pdf(ruled=False), "plain.pdf")
     assert "August 1,204 4.6" in parsed.text.splitlines()
     assert INTRO in parsed.text and AFTER in parsed.text
+
+
+@pytest.mark.parametrize(
+    ("data", "name"),
+    [
+        (
+            'Month,Tickets,CSAT\nJuly,"1,310",4.4\nAugust,"1,204",4.6\n\nSeptember,"1,150",4.7\n',
+            "figures.csv",
+        ),
+        (
+            "Month;Tickets;CSAT\nJuly;1,310;4.4\nAugust;1,204;4.6\nSeptember;1,150;4.7\n",
+            "figures.csv",
+        ),
+        (
+            "Month\tTickets\tCSAT\nJuly\t1,310\t4.4\nAugust\t1,204\t4.6\nSeptember\t1,150\t4.7\n",
+            "figures.tsv",
+        ),
+    ],
+)
+def test_csv_and_tsv_rows_name_their_cells(data, name):
+    """Whatever the delimiter (a semicolon where numbers carry commas), a spreadsheet export
+    reads as every format's tables do: a row per line and per block, each a sentence."""
+    from ragserve.rag.text import sentence_spans
+
+    parsed = parse_bytes(data.encode(), name)
+    assert parsed.text.splitlines() == ROW_LINES
+    assert [parsed.text[b.start : b.end] for b in parsed.blocks] == ROW_LINES
+    assert [s for s, _, _ in sentence_spans(parsed.text)] == ROW_LINES
+    assert parsed.title == "figures"
+
+
+def test_csv_header_rules_and_quoted_cells():
+    """The first row names the columns, years included; a first row of numbers only is data.
+    A quoted cell keeps its commas and its lines join; the title is the file's name."""
+    years = parse_bytes(b"Region,2023,2024\nNorway,120,130\n", "sales_by-region.csv")
+    assert years.text == "Region: Norway | 2023: 120 | 2024: 130"
+    assert years.title == "sales by region"
+    readings = parse_bytes(b"1,20.5,0.3\n2,20.7,0.4\n", "log.csv")
+    assert readings.text.splitlines() == ["1 | 20.5 | 0.3", "2 | 20.7 | 0.4"]
+    notes = parse_bytes(b'Name,Note\nAda,"late, then\nearly"\n', "notes.csv")
+    assert notes.text == "Name: Ada | Note: late, then early"

@@ -1,8 +1,9 @@
-"""Turn files into text with structure: txt, Markdown, HTML, PDF and docx.
+"""Turn files into text with structure: txt, Markdown, HTML, PDF, docx, CSV and TSV.
 
 The parsed text is what chunks, spans and citations refer to. For txt and Markdown it is the
 file itself, so a span points at the exact source characters; for HTML (main content found by
-trafilatura, boilerplate dropped), PDF (pypdf) and docx (python-docx) it is the extracted text.
+trafilatura, boilerplate dropped), PDF (pypdf), docx (python-docx) and CSV or TSV (the rows
+written as lines, see delimited) it is the extracted text.
 Blocks mark paragraphs and headings, for chunking that does not straddle a heading. Tables
 become one line per row that names each cell by its column's header (see tables).
 
@@ -16,6 +17,7 @@ import re
 from pathlib import Path
 
 from ragserve.rag.parsers.decoding import decode_text
+from ragserve.rag.parsers.delimited import parse_delimited
 from ragserve.rag.parsers.document import (
     TITLE_MAX_CHARS,
     Block,
@@ -36,6 +38,7 @@ __all__ = [
     "ParsedDocument",
     "decode_text",
     "parse_bytes",
+    "parse_delimited",
     "parse_docx",
     "parse_html",
     "parse_markdown",
@@ -53,11 +56,14 @@ SUPPORTED_SUFFIXES = {
     ".htm": "html",
     ".pdf": "pdf",
     ".docx": "docx",
+    ".csv": "csv",
+    ".tsv": "tsv",
 }
 
 
 def parse_bytes(data: bytes, name: str, kind: str | None = None) -> ParsedDocument:
-    """Parse file content; kind is one of text, markdown, html, pdf, docx (default: by name)."""
+    """Parse file content; kind is one of text, markdown, html, pdf, docx, csv, tsv (default:
+    by name)."""
     kind = kind or SUPPORTED_SUFFIXES.get(Path(name).suffix.lower())
     if kind is None:
         raise ParseError(
@@ -74,6 +80,8 @@ def parse_bytes(data: bytes, name: str, kind: str | None = None) -> ParsedDocume
         parsed = parse_pdf(data, name)
     elif kind == "docx":
         parsed = parse_docx(data, name)
+    elif kind in ("csv", "tsv"):
+        parsed = parse_delimited(data, name, "\t" if kind == "tsv" else None)
     else:
         raise ParseError(f"{name}: unknown document kind {kind!r}")
     # Nothing to search for without a letter or a digit (a page cut off inside its first tag

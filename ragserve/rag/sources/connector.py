@@ -17,7 +17,7 @@ class SourceItem:
     path: str
     stamp: str
     read: Callable[[], bytes]
-    # The parser to use (text, markdown, html, pdf, docx); None: by the path's suffix.
+    # The parser to use (text, markdown, html, pdf, docx, csv, tsv); None: by the path's suffix.
     kind: str | None = None
     # The source itself says the item has not changed since `stamp` (an HTTP 304).
     unchanged: bool = False

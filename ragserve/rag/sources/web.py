@@ -43,6 +43,8 @@ _KINDS = {
     "text/markdown": "markdown",
     "application/pdf": "pdf",
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "text/csv": "csv",
+    "text/tab-separated-values": "tsv",
 }
 _REDIRECTS = (301, 302, 303, 307, 308)
 # Links not worth a request: they never hold a document the parsers read.
