@@ -1,5 +1,6 @@
 """A corpus of hostile files, generated (never stored): damaged PDF, docx and HTML, zip bombs,
-text in other encodings, deeply nested Markdown, broken CSV, empty files and binary garbage.
+text in other encodings, deeply nested Markdown, broken CSV and xlsx, empty files and binary
+garbage.
 
 Each file says what a parser must make of it: `error` (a ParseError whose message names the file
 and contains the given words), `text` (parsed, and its text contains the given words), or
@@ -66,6 +67,18 @@ def html_of(title: str, *paragraphs: str) -> bytes:
         f"<html><head><title>{title}</title></head><body><nav><a href='/'>Home</a></nav>"
         f"<article><h1>{title}</h1>{body}</article><footer>Copyright 2026</footer></body></html>"
     ).encode()
+
+
+def xlsx_of(sheet: str, *rows: tuple[object, ...]) -> bytes:
+    import openpyxl
+
+    workbook = openpyxl.Workbook()
+    workbook.active.title = sheet
+    for row in rows:
+        workbook.active.append(row)
+    out = io.BytesIO()
+    workbook.save(out)
+    return out.getvalue()
 
 
 # The valid files that the damaged ones are made from.
@@ -160,6 +173,33 @@ def _billion_laughs_docx() -> bytes:
                 part = declaration + b"?>" + doctype + rest
             docx.writestr(info.filename, part)
     return out.getvalue()
+
+
+def _xlsx_cases(bomb: bytes) -> list[HostileFile]:
+    """A docx bomb named .xlsx, garbage, a truncated workbook and one whose sheet defines the
+    "billion laughs" entities (defusedxml refuses any entity declaration)."""
+    rng = random.Random(7)
+    valid = xlsx_of("Rates", ("Country", "Per diem"), ("Finland", 66))
+    source = zipfile.ZipFile(io.BytesIO(valid))
+    entities = "".join(
+        ['<!ENTITY lol0 "lol">']
+        + [f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)]
+    )
+    laughs = io.BytesIO()
+    with zipfile.ZipFile(laughs, "w", zipfile.ZIP_DEFLATED) as workbook:
+        for info in source.infolist():
+            part = source.read(info)
+            if info.filename == "xl/worksheets/sheet1.xml":
+                doctype = f"<!DOCTYPE worksheet [{entities}]>".encode()
+                part = doctype + part.replace(b"<t>Finland</t>", b"<t>&lol9; Finland</t>", 1)
+            workbook.writestr(info.filename, part)
+    return [
+        HostileFile("bomb.xlsx", bomb, "error", "zip bomb"),
+        HostileFile("garbage.xlsx", bytes(rng.randrange(256) for _ in range(4096)), "error"),
+        HostileFile("truncated.xlsx", valid[: len(valid) // 2], "error", "not a readable xlsx"),
+        HostileFile("laughs.xlsx", laughs.getvalue(), "error", "not a readable xlsx"),
+        HostileFile("empty.xlsx", b"", "error", "empty"),
+    ]
 
 
 def _encodings() -> list[HostileFile]:
@@ -270,6 +310,7 @@ def hostile_files() -> tuple[HostileFile, ...]:
         HostileFile("lying-bomb.docx", lying_bomb(bomb, False), "error", "not a readable docx"),
         HostileFile("crc-bomb.docx", lying_bomb(bomb, True), "error", "not a readable docx"),
         HostileFile("billion-laughs.docx", _billion_laughs_docx(), "either"),
+        *_xlsx_cases(bomb),
         *_encodings(),
         *_deep_markdown(),
         *_empty_and_garbage(),
@@ -285,6 +326,7 @@ GOOD_WORDS = {
     "turbine.pdf": "anemometer",
     "expenses.docx": "per-diem",
     "tides.csv": "spring tide",
+    "budget.xlsx": "dredging",
 }
 GOOD_FILES = {
     "lighthouse.txt": b"Lighthouses guide ships along dangerous coasts with rotating beams.\n",
@@ -295,4 +337,5 @@ GOOD_FILES = {
     "turbine.pdf": pdf_of("Wind Turbines", "The anemometer on the nacelle measures wind speed."),
     "expenses.docx": docx_of("Expenses", "The per-diem rate covers meals and local transport."),
     "tides.csv": b"Port,Spring tide (m)\nBergen,1.8\n",
+    "budget.xlsx": xlsx_of("Budget", ("Item", "Cost (NOK)"), ("Harbour dredging", 250_000)),
 }

@@ -1,7 +1,7 @@
 """The corpus an evaluation indexes: the bundled Wikipedia corpus by default, a file (JSONL of
 {id, title, text}, or a JSON object in the Wikipedia package's format), one document per entry,
-or a folder of documents (txt, Markdown, HTML, PDF, docx, CSV, TSV), one document per file. Its
-digest names the cached index built from it."""
+or a folder of documents (txt, Markdown, HTML, PDF, docx, CSV, TSV, xlsx), one document per
+file. Its digest names the cached index built from it."""
 
 import hashlib
 import json

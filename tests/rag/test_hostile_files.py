@@ -69,7 +69,7 @@ def test_each_hostile_file_gets_its_own_clear_error_or_its_text(hostile):
     assert hostile.words in parsed.text and re.search(r"\w", parsed.text)
 
 
-@pytest.mark.parametrize("name", ["bomb.docx", "lying-bomb.docx", "crc-bomb.docx"])
+@pytest.mark.parametrize("name", ["bomb.docx", "lying-bomb.docx", "crc-bomb.docx", "bomb.xlsx"])
 def test_a_zip_bomb_is_refused_without_being_inflated(name):
     bomb = next(hostile for hostile in hostile_files() if hostile.name == name)
     tracemalloc.start()

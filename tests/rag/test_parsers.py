@@ -327,3 +327,45 @@ def test_csv_header_rules_and_quoted_cells():
     assert readings.text.splitlines() == ["1 | 20.5 | 0.3", "2 | 20.7 | 0.4"]
     notes = parse_bytes(b'Name,Note\nAda,"late, then\nearly"\n', "notes.csv")
     assert notes.text == "Name: Ada | Note: late, then early"
+
+
+def test_xlsx_sheets_read_as_their_rows():
+    """Each visible sheet: its name a heading, then its rows named by the header row, with
+    values as a reader sees them (integers, percentages, dates); hidden sheets are left out."""
+    import datetime
+
+    import openpyxl
+
+    from tests.hostile_corpus import xlsx_of
+
+    workbook = openpyxl.Workbook()
+    figures = workbook.active
+    figures.title = "Q3"
+    figures.append(["Month", "Tickets", "Share", "Closed"])
+    figures.append(["July", 1310.0, 0.31, datetime.datetime(2024, 7, 31)])
+    figures.append([None, None, None, None])
+    figures.append(["August", 1204, 0.275, datetime.datetime(2024, 8, 30, 14, 5)])
+    for row in (2, 4):
+        figures.cell(row, 3).number_format = "0%"
+    hidden = workbook.create_sheet("Lookup")
+    hidden.append(["Code", "Secret"])
+    hidden.append(["X1", "never quoted"])
+    hidden.sheet_state = "hidden"
+    workbook.create_sheet("Empty")
+    workbook.properties.title = "Support figures"
+    out = io.BytesIO()
+    workbook.save(out)
+    parsed = parse_bytes(out.getvalue(), "q3.xlsx")
+    assert parsed.title == "Support figures"
+    assert parsed.text.splitlines() == [
+        "Q3",
+        "Month: July | Tickets: 1310 | Share: 31 % | Closed: 2024-07-31",
+        "Month: August | Tickets: 1204 | Share: 27.5 % | Closed: 2024-08-30 14:05",
+    ]
+    blocks = [(parsed.text[b.start : b.end], b.heading) for b in parsed.blocks]
+    assert blocks[0] == ("Q3", True) and all(not heading for _, heading in blocks[1:])
+    untitled = parse_bytes(
+        xlsx_of("Rates", ("Country", "Per diem"), ("Finland", 66)), "per_diem.xlsx"
+    )
+    assert untitled.title == "per diem"
+    assert untitled.text == "Rates\nCountry: Finland | Per diem: 66"

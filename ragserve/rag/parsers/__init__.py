@@ -1,9 +1,9 @@
-"""Turn files into text with structure: txt, Markdown, HTML, PDF, docx, CSV and TSV.
+"""Turn files into text with structure: txt, Markdown, HTML, PDF, docx, CSV, TSV and xlsx.
 
 The parsed text is what chunks, spans and citations refer to. For txt and Markdown it is the
 file itself, so a span points at the exact source characters; for HTML (main content found by
-trafilatura, boilerplate dropped), PDF (pypdf), docx (python-docx) and CSV or TSV (the rows
-written as lines, see delimited) it is the extracted text.
+trafilatura, boilerplate dropped), PDF (pypdf), docx (python-docx), CSV or TSV (delimited) and
+xlsx (openpyxl) it is the extracted text, a spreadsheet's rows written as lines.
 Blocks mark paragraphs and headings, for chunking that does not straddle a heading. Tables
 become one line per row that names each cell by its column's header (see tables).
 
@@ -29,6 +29,7 @@ from ragserve.rag.parsers.docx import parse_docx
 from ragserve.rag.parsers.html import parse_html
 from ragserve.rag.parsers.markup import parse_markdown, parse_text
 from ragserve.rag.parsers.pdf import parse_pdf
+from ragserve.rag.parsers.xlsx import parse_xlsx
 
 __all__ = [
     "SUPPORTED_SUFFIXES",
@@ -44,6 +45,7 @@ __all__ = [
     "parse_markdown",
     "parse_pdf",
     "parse_text",
+    "parse_xlsx",
     "unstorable",
 ]
 
@@ -58,12 +60,13 @@ SUPPORTED_SUFFIXES = {
     ".docx": "docx",
     ".csv": "csv",
     ".tsv": "tsv",
+    ".xlsx": "xlsx",
 }
 
 
 def parse_bytes(data: bytes, name: str, kind: str | None = None) -> ParsedDocument:
-    """Parse file content; kind is one of text, markdown, html, pdf, docx, csv, tsv (default:
-    by name)."""
+    """Parse file content; kind is one of text, markdown, html, pdf, docx, csv, tsv, xlsx
+    (default: by name)."""
     kind = kind or SUPPORTED_SUFFIXES.get(Path(name).suffix.lower())
     if kind is None:
         raise ParseError(
@@ -82,6 +85,8 @@ def parse_bytes(data: bytes, name: str, kind: str | None = None) -> ParsedDocume
         parsed = parse_docx(data, name)
     elif kind in ("csv", "tsv"):
         parsed = parse_delimited(data, name, "\t" if kind == "tsv" else None)
+    elif kind == "xlsx":
+        parsed = parse_xlsx(data, name)
     else:
         raise ParseError(f"{name}: unknown document kind {kind!r}")
     # Nothing to search for without a letter or a digit (a page cut off inside its first tag

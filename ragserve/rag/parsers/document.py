@@ -48,6 +48,14 @@ def paragraph_blocks(text: str, offset: int = 0) -> list[Block]:
     return blocks
 
 
+def title_from_name(name: str) -> str:
+    """A file's name as a title, for formats whose first line is no title (a spreadsheet's
+    header row): its stem, with dashes and underscores as spaces ("per-diem_rates.csv": "per
+    diem rates")."""
+    stem = name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return (" ".join(re.split(r"[_\-\s]+", stem)).strip() or name)[:TITLE_MAX_CHARS]
+
+
 def first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line.strip().lstrip("#").strip()[:TITLE_MAX_CHARS]

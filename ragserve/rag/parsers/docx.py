@@ -1,11 +1,10 @@
 """Word documents (docx): paragraphs, headings and tables in document order, by python-docx.
 
-A docx is a zip, and a small one can unpack to gigabytes: its parts are re-packed under a size
-limit before python-docx reads them. A table's first row is its header.
+A docx is a zip, re-packed under a size limit before python-docx reads it (zipped.py). A
+table's first row is its header.
 """
 
 import io
-import zipfile
 from typing import TYPE_CHECKING
 
 from ragserve.rag.parsers.document import (
@@ -16,48 +15,10 @@ from ragserve.rag.parsers.document import (
     first_line,
 )
 from ragserve.rag.parsers.tables import row_lines
+from ragserve.rag.parsers.zipped import repacked
 
 if TYPE_CHECKING:
     import docx.table
-
-# A docx is a zip whose parts python-docx inflates whole into memory: a few hundred kB can
-# declare gigabytes. A long text document is a few tens of MB of XML, and images are stored
-# about as large as they are packed, so more than this is refused before anything is inflated.
-DOCX_MAX_UNPACKED_BYTES = 64 << 20
-
-
-def _repacked(data: bytes, name: str) -> bytes:
-    """The docx's parts, inflated piece by piece and re-packed uncompressed for python-docx.
-
-    python-docx reads each part whole, and zipfile, asked for a whole part, inflates all of its
-    compressed bytes before cutting them to the size the directory declares, which a bomb can
-    understate. Read in pieces, zipfile yields no more than a part declares: so a bomb that
-    declares its size is refused before anything is inflated, and one that understates it is
-    cut short (and fails its CRC check, or its XML)."""
-    out = io.BytesIO()
-    try:
-        with (
-            zipfile.ZipFile(io.BytesIO(data)) as archive,
-            zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as repacked,
-        ):
-            parts = [info for info in archive.infolist() if not info.is_dir()]
-            declared = sum(info.file_size for info in parts)
-            if declared > DOCX_MAX_UNPACKED_BYTES:
-                raise ParseError(
-                    f"{name}: refused: its parts unpack to {declared} bytes, more than the "
-                    f"{DOCX_MAX_UNPACKED_BYTES} a docx may (a zip bomb?)"
-                )
-            for info in parts:
-                with archive.open(info) as part, repacked.open(info.filename, "w") as stored:
-                    while piece := part.read(1 << 20):
-                        stored.write(piece)
-    except ParseError:
-        raise
-    # zipfile reports a damaged archive through several exception types (BadZipFile, ValueError,
-    # EOFError, an unsupported-feature error for a bogus version); each is this file's error.
-    except Exception as error:
-        raise ParseError(f"{name}: not a readable docx file ({error})") from error
-    return out.getvalue()
 
 
 def _docx_rows(table: "docx.table.Table") -> list[list[str]]:
@@ -77,7 +38,7 @@ def parse_docx(data: bytes, name: str) -> ParsedDocument:
     import docx
     import docx.table
 
-    package = _repacked(data, name)
+    package = repacked(data, name, "docx")
     try:
         document = docx.Document(io.BytesIO(package))
     # A corrupt file can fail anywhere inside python-docx (zip, XML); it is this file's error.

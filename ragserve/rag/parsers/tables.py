@@ -8,9 +8,12 @@ format finds its tables' cells and header row its own way; writing the rows and 
 in the text in place of the table is shared, so a row reads the same whatever the file was.
 """
 
+import re
 from dataclasses import dataclass
 
 from ragserve.rag.parsers.document import Block
+
+NUMBER = re.compile(r"[-+]?[\d.,\s]*\d[\d.,\s]*%?")
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,19 @@ class Table:
     start: int
     end: int
     rows: list[str]
+
+
+def sheet_lines(rows: list[list[str]]) -> list[str]:
+    """A spreadsheet's rows (CSV, TSV, xlsx) as row lines. As in spreadsheet tools and pandas,
+    the first row is the header (years as column names included: "Region, 2023, 2024") unless
+    every cell of it is a number, as in a log of readings; blank rows are left out."""
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    if not rows:
+        return []
+    first = rows[0]
+    if all(NUMBER.fullmatch(cell.strip()) for cell in first if cell.strip()):
+        return row_lines(None, rows)
+    return row_lines(first, rows[1:])
 
 
 def row_lines(header: list[str] | None, rows: list[list[str]]) -> list[str]:

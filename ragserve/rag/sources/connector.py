@@ -17,7 +17,8 @@ class SourceItem:
     path: str
     stamp: str
     read: Callable[[], bytes]
-    # The parser to use (text, markdown, html, pdf, docx, csv, tsv); None: by the path's suffix.
+    # The parser to use (parsers.SUPPORTED_SUFFIXES' kinds: text, markdown, ...); None: by the
+    # path's suffix.
     kind: str | None = None
     # The source itself says the item has not changed since `stamp` (an HTTP 304).
     unchanged: bool = False

@@ -45,6 +45,7 @@ _KINDS = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
     "text/csv": "csv",
     "text/tab-separated-values": "tsv",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
 }
 _REDIRECTS = (301, 302, 303, 307, 308)
 # Links not worth a request: they never hold a document the parsers read.
