@@ -35,7 +35,7 @@ from ragserve.reports import markdown_table, run_section, write_report
 # Chosen by cross-validated AUC on the union of the development sets (Wikipedia and the
 # workplace documents) among the signals of answerability.py (docs/evaluation.md has the
 # figures).
-FEATURES = ("best_chunk", "best_score", "missing", "coverage", "kind_match")
+FEATURES = ("best_chunk", "best_score", "missing", "coverage", "kind_match", "row_match")
 
 
 def measure(context: EvalContext) -> list[dict[str, Any]]:

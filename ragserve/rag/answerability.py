@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ragserve.rag.evidence import Sentence, overlap_share
-from ragserve.rag.question import missing_share
+from ragserve.rag.question import missing_share, row_match
 
 PACKAGED = Path(__file__).with_name("answerability.json")
 SIGNALS = (
@@ -27,6 +27,7 @@ SIGNALS = (
     "missing",
     "kind_match",
     "top_two_same_document",
+    "row_match",
 )
 
 
@@ -35,8 +36,9 @@ def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[st
     chunk and the best sentence are to the question, how far ahead the best sentence is, how
     much of the question the best sentence covers (with its title and section), how many of
     the question's names, codes and numbers the best sentence's passage lacks, whether the best
-    sentence holds the kind of answer asked for, and whether the two best sentences agree on a
-    document."""
+    sentence holds the kind of answer asked for, whether the two best sentences agree on a
+    document, and whether the best sentence is a table row whose entity and column the question
+    both names."""
     if not ranked:
         return dict.fromkeys(SIGNALS, 0.0) | {"best_chunk": best_chunk, "missing": 1.0}
     best = ranked[0]
@@ -55,6 +57,7 @@ def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[st
         "top_two_same_document": float(
             second is not None and second.chunk.doc_id == best.chunk.doc_id
         ),
+        "row_match": row_match(question, best.text),
     }
 
 

@@ -8,13 +8,15 @@ one with a number (in digits or words) the question does not give, a "who" quest
 naming someone (or a role, a desk, a team) the question does not name; and a question's
 specific terms (names, numbers, codes: "Finland", "Q2", "VM-40") must be found in the
 evidence, or the evidence is about something else (the per diem for Sweden does not answer a
-question about Finland).
+question about Finland). A table row answers when the question names both its entity and the
+column asked for (row_match).
 """
 
 import re
 from typing import Literal
 
-from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbers
+from ragserve.rag.parsers.tables import row_cells
+from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbers, stems
 
 Expected = Literal["person", "time", "quantity"]
 
@@ -176,3 +178,21 @@ def missing_share(question: str, evidence: str) -> float:
         for phrase in NAME_PHRASE.findall(evidence)
     }
     return sum(term not in text and term not in spelled for term in wanted) / len(wanted)
+
+
+def row_match(question: str, sentence: str) -> float:
+    """1 when the sentence is a table row ("Item: Gateway SG-2 | Lead time: 5 weeks") that the
+    question names twice over: a cell's value it asks about ("the SG-2 gateway") and another
+    cell's column, most of whose label it uses ("lead time"). Else 0: a row of another entity
+    ("Country: Finland" for a question on Oslo) or a sentence that is no row."""
+    cells = row_cells(sentence)
+    if cells is None:
+        return 0.0
+    asked = stems(question)
+    columns = [i for i, (label, _) in enumerate(cells) if _mostly_in(stems(label), asked)]
+    values = [i for i, (_, value) in enumerate(cells) if stems(value) & asked]
+    return float(any(column != value for column in columns for value in values))
+
+
+def _mostly_in(words: set[str], asked: set[str]) -> bool:
+    return bool(words) and 2 * len(words & asked) >= len(words)

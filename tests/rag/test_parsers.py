@@ -369,3 +369,16 @@ def test_xlsx_sheets_read_as_their_rows():
     )
     assert untitled.title == "per diem"
     assert untitled.text == "Rates\nCountry: Finland | Per diem: 66"
+
+
+def test_a_row_line_reads_back_as_its_cells():
+    from ragserve.rag.parsers.tables import row_cells, row_lines
+
+    header = ["Leave type", "Notes"]
+    [line] = row_lines(header, [["Extra holiday", "From the year: you turn 60"]])
+    assert row_cells(line) == [
+        ("Leave type", "Extra holiday"),
+        ("Notes", "From the year: you turn 60"),
+    ]
+    assert row_cells("August | 1,204 | 4.6") is None  # a table without a header
+    assert row_cells("Decision: approved.") is None  # one labelled line is no row

@@ -9,8 +9,11 @@ from ragserve.rag.question import (
     expected_answer,
     missing_share,
     question_parts,
+    row_match,
     specific_kind,
 )
+
+PRICE_ROW = "Item: Gateway SG-2 | Unit price (NOK): 7 500 | Lead time: 5 weeks"
 
 
 @pytest.mark.parametrize(
@@ -101,3 +104,21 @@ def test_parts_are_the_question_in_order_whatever_it_says(question):
         position = found + len(part)
     if question.strip():
         assert parts
+
+
+@pytest.mark.parametrize(
+    ("question", "sentence", "expected"),
+    [
+        # The row's entity and the column asked for, each in the question's own words.
+        ("What is the lead time for the SG-2 gateway?", PRICE_ROW, 1.0),
+        ("What does one Gateway SG-2 cost at unit price, in NOK?", PRICE_ROW, 1.0),
+        # Another entity's row: the column alone is not enough.
+        ("What is the lead time for the VM-40 sensor?", PRICE_ROW, 0.0),
+        # The entity alone is not enough either; nor is a sentence that is no row.
+        ("Who supplies the SG-2 gateway?", PRICE_ROW, 0.0),
+        ("What is the lead time for the SG-2 gateway?", "The SG-2 lead time is 5 weeks.", 0.0),
+        ("What is the lead time for the SG-2 gateway?", "Gateway SG-2 | 7500 | 5 weeks", 0.0),
+    ],
+)
+def test_a_row_matches_when_the_question_names_its_entity_and_column(question, sentence, expected):
+    assert row_match(question, sentence) == expected

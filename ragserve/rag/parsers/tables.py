@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from ragserve.rag.parsers.document import Block
 
 NUMBER = re.compile(r"[-+]?[\d.,\s]*\d[\d.,\s]*%?")
+# How a row line joins its cells, and each cell's label to its value.
+CELL_SEPARATOR = " | "
+LABEL_SEPARATOR = ": "
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,24 @@ def row_lines(header: list[str] | None, rows: list[list[str]]) -> list[str]:
             cell = " ".join(cell.split())
             if cell:
                 label = labels[column] if column < len(labels) else ""
-                cells.append(f"{label}: {cell}" if label else cell)
+                cells.append(f"{label}{LABEL_SEPARATOR}{cell}" if label else cell)
         if cells:
-            lines.append(" | ".join(cells))
+            lines.append(CELL_SEPARATOR.join(cells))
     return lines
+
+
+def row_cells(line: str) -> list[tuple[str, str]] | None:
+    """A row line's cells as (label, value) pairs, or None when the line is not a row of a
+    table with a header (no cell separator, or a cell without its label)."""
+    if CELL_SEPARATOR not in line:
+        return None
+    cells = []
+    for cell in line.split(CELL_SEPARATOR):
+        label, separator, value = cell.partition(LABEL_SEPARATOR)
+        if not separator or not label.strip():
+            return None
+        cells.append((label.strip(), value.strip()))
+    return cells
 
 
 def with_tables(text: str, blocks: list[Block], tables: list[Table]) -> tuple[str, list[Block]]:
