@@ -13,8 +13,8 @@ import csv
 import io
 
 from ragserve.rag.parsers.decoding import decode_text
-from ragserve.rag.parsers.document import Block, ParsedDocument, ParseError, title_from_name
-from ragserve.rag.parsers.tables import sheet_lines
+from ragserve.rag.parsers.document import ParsedDocument, ParseError, title_from_name
+from ragserve.rag.parsers.tables import line_blocks, sheet_lines
 
 DELIMITERS = ",;\t|"
 # The sniffer reads this much of the file; more only slows it down.
@@ -33,11 +33,7 @@ def parse_delimited(data: bytes, name: str, delimiter: str | None = None) -> Par
     lines = sheet_lines(rows)
     if not lines:
         raise ParseError(f"{name}: the file has no rows")
-    blocks, offset = [], 0
-    for line in lines:
-        blocks.append(Block(offset, offset + len(line)))
-        offset += len(line) + 1
-    return ParsedDocument("\n".join(lines), title_from_name(name), blocks)
+    return ParsedDocument("\n".join(lines), title_from_name(name), line_blocks(lines))
 
 
 def _sniffed(text: str) -> str:

@@ -14,7 +14,7 @@ from ragserve.rag.parsers.document import (
     ParseError,
     first_line,
 )
-from ragserve.rag.parsers.tables import row_lines
+from ragserve.rag.parsers.tables import line_blocks, row_lines
 from ragserve.rag.parsers.zipped import repacked
 
 if TYPE_CHECKING:
@@ -53,12 +53,10 @@ def parse_docx(data: bytes, name: str) -> ParsedDocument:
                 continue
             header, body = (rows[0], rows[1:]) if len(rows) > 1 else (None, rows)
             lines = row_lines(header, body)
-            for line in lines:
-                blocks.append(Block(offset, offset + len(line)))
-                offset += len(line) + 1
             if lines:
+                blocks += line_blocks(lines, offset)
                 parts.append("\n".join(lines))
-                offset += 1
+                offset += len(parts[-1]) + 2
             continue
         content = item.text.strip()
         if not content:

@@ -61,6 +61,15 @@ def row_lines(header: list[str] | None, rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def line_blocks(lines: list[str], start: int = 0) -> list[Block]:
+    """A block for each line of "\n".join(lines), placed at start in the parsed text."""
+    blocks = []
+    for line in lines:
+        blocks.append(Block(start, start + len(line)))
+        start += len(line) + 1
+    return blocks
+
+
 def row_cells(line: str) -> list[tuple[str, str]] | None:
     """A row line's cells as (label, value) pairs, or None when the line is not a row of a
     table with a header (no cell separator, or a cell without its label)."""

@@ -20,7 +20,7 @@ from ragserve.rag.parsers.document import (
     ParseError,
     title_from_name,
 )
-from ragserve.rag.parsers.tables import sheet_lines
+from ragserve.rag.parsers.tables import line_blocks, sheet_lines
 from ragserve.rag.parsers.zipped import repacked
 
 
@@ -68,10 +68,10 @@ def parse_xlsx(data: bytes, name: str) -> ParsedDocument:
         lines = sheet_lines(rows)
         if not lines:
             continue
-        for line, heading in ((sheet_name, True), *((line, False) for line in lines)):
-            blocks.append(Block(offset, offset + len(line), heading))
-            parts.append(line)
-            offset += len(line) + 1
+        blocks.append(Block(offset, offset + len(sheet_name), heading=True))
+        blocks += line_blocks(lines, offset + len(sheet_name) + 1)
+        parts += [sheet_name, *lines]
+        offset += len("\n".join([sheet_name, *lines])) + 1
     if not parts:
         raise ParseError(f"{name}: the workbook has no rows")
     return ParsedDocument(
