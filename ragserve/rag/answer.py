@@ -54,7 +54,7 @@ from ragserve.rag.structured_answer import (
     evidence_numbers,
     parse_json,
 )
-from ragserve.rag.text import stems
+from ragserve.rag.text import as_prose, stems
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ class AnswerService:
         if probability < self.answerability.quote_above:
             return refusal("not_stated", probability, ranked)
         citations = [cite(n, s) for n, s in enumerate(chosen, start=1)]
-        answer = " ".join(f"{c.quote} [{c.n}]" for c in citations)
+        answer = " ".join(f"{as_prose(c.quote)} [{c.n}]" for c in citations)
         return AnswerResult(answer, "extractive", citations, answerability=probability)
 
 

@@ -16,6 +16,87 @@ ABBREVIATION_END = re.compile(
     r"(?:^|[\s(])(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|Jr|Sr|Gen|Col|Capt|Lt|Sgt|Rev|Hon|Gov|Sen|Rep|"
     r"vs|cf|approx|ca|e\.g|i\.e|[A-HJ-Z])\.$"
 )
+# A line this long that stops mid-sentence was wrapped by hand (typical widths are 70-100).
+WRAPPED_LINE_CHARS = 50
+# Words a sentence does not end on: a line ending in one goes on in the next.
+CONTINUING_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "with",
+        "as",
+        "than",
+        "or",
+        "and",
+        "but",
+        "nor",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "before",
+        "after",
+        "between",
+        "about",
+        "via",
+        "per",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "must",
+        "may",
+        "might",
+        "shall",
+        "that",
+        "which",
+        "whose",
+        "their",
+        "its",
+        "our",
+        "your",
+        "his",
+        "her",
+        "this",
+        "these",
+        "those",
+        "not",
+        "if",
+        "when",
+        "while",
+        "until",
+        "unless",
+    ]
+)
+COLUMN_GAP = re.compile(r"\S {3,}\S|\t")
+NEW_LINE_ITEM = re.compile(r"[-*•+#|=_]|\d+[.)]\s|\d+\s\s|[A-Z][A-Za-z ]{0,30}:\s")
+_MONTH = (
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?"
+)
+# A full date: "8 April 2025", "April 8, 2025", "2025-04-08".
+DATE = re.compile(
+    rf"\b\d{{1,2}} {_MONTH} \d{{4}}\b|\b{_MONTH} \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d\d-\d\d\b"
+)
+LIST_MARK = re.compile(r"^(?:[-*•+]|\d{1,3}\.)\s+")
+# The number of a numbered heading or list item ("6. How to claim a credit").
+LIST_NUMBER = re.compile(r"\d{1,3}\.")
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 # A number and the word or symbol after it (its unit, when it has one).
@@ -170,13 +251,45 @@ def sentence_spans(text: str) -> list[tuple[str, int, int]]:
             continue
         start = match.start() + match.group().index(piece)
         end = start + len(piece)
-        if spans and ABBREVIATION_END.search(spans[-1][0]):
-            _, previous_start, previous_end = spans[-1]
-            if "\n" not in text[previous_end:start]:
+        if spans:
+            previous, previous_start, previous_end = spans[-1]
+            between = text[previous_end:start]
+            joined = (
+                "\n" not in between
+                if ABBREVIATION_END.search(previous) or LIST_NUMBER.fullmatch(previous)
+                else _wrapped_line(text, previous, previous_end, between)
+            )
+            if joined:
                 spans[-1] = (text[previous_start:end], previous_start, end)
                 continue
         spans.append((piece, start, end))
     return spans
+
+
+def _wrapped_line(text: str, previous: str, previous_end: int, between: str) -> bool:
+    """Whether a sentence piece that ends a line goes on in the next line, which starts with
+    a capital or a digit (the regex already joins a line going on in lower case): the text was
+    wrapped by hand (a plain-text file, a PDF's lines), so the line is long and ends in a
+    comma or a word that cannot end a sentence ("... to run pipelines from" / "Conductor
+    5.0."), and the next line starts no list item, numbered row, heading or table row. Lines
+    of a list without marks ("Lars Eide — ... — 1 November 2024") end in a name or a date, and
+    a table row or a row of a fixed-width table (wide gaps) ends where it ends."""
+    if between.count("\n") != 1 or between.strip():
+        return False
+    line = text[text.rfind("\n", 0, previous_end) + 1 : previous_end].strip()
+    if len(line) < WRAPPED_LINE_CHARS or "|" in line or COLUMN_GAP.search(line):
+        return False
+    last = line.rsplit(None, 1)[-1].lower()
+    if not (line.endswith(",") or last in CONTINUING_WORDS):
+        return False
+    return not NEW_LINE_ITEM.match(text, previous_end + len(between))
+
+
+def as_prose(quote: str) -> str:
+    """A quoted sentence as a line of an answer: without the list mark or number it had in its
+    document, and with the line breaks and indents of a wrapped paragraph as single spaces
+    (the citation keeps the exact text and its span)."""
+    return LIST_MARK.sub("", " ".join(quote.split()))
 
 
 def numbers(text: str) -> set[str]:

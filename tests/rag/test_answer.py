@@ -14,7 +14,7 @@ from ragserve.rag.ingest import Ingestor, SourceDocument
 from ragserve.rag.prompt import DATAMARK, PromptBuilder, PromptSource, system_prompt
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.stores.sqlite import SqliteStore
-from ragserve.rag.text import SENTENCE, sentence_spans
+from ragserve.rag.text import SENTENCE, as_prose, sentence_spans
 
 
 def chunk(text: str) -> ScoredChunk:
@@ -40,6 +40,44 @@ def test_a_title_an_abbreviation_or_an_initial_does_not_end_a_sentence():
         "Next.",
     ]
     assert all(text[start:end] == piece for piece, start, end in sentence_spans(text))
+
+
+def test_a_line_wrapped_by_hand_goes_on_after_a_word_no_sentence_ends_on():
+    text = (
+        "  * Self-hosted runners must be on version 2.3 or later to run pipelines from\n"
+        "    Conductor 5.0. Older runners get no new runs.\n"
+        "Lars Eide — deliver an updated certification plan for the VM-40 — 1 November 2024\n"
+        "Erik Dahl — inform the pilot customers about the new launch date — 31 October 2024\n"
+        "Monthly Uptime Percentage: Below 95.0% | Team: 25% | Business: 50% | Enterprise: 50%\n"
+        "The credits for one month never add up to more than half of the fee.\n"
+        "Downtime.\n6. How to claim a credit\nOpen a ticket. It was 1,400, not 14. Then wait."
+    )
+    assert [piece for piece, _, _ in sentence_spans(text)] == [
+        "* Self-hosted runners must be on version 2.3 or later to run pipelines from\n"
+        "    Conductor 5.0.",
+        "Older runners get no new runs.",
+        # Lines of a list without marks, a table row: each ends where its line ends.
+        "Lars Eide — deliver an updated certification plan for the VM-40 — 1 November 2024",
+        "Erik Dahl — inform the pilot customers about the new launch date — 31 October 2024",
+        "Monthly Uptime Percentage: Below 95.0% | Team: 25% | Business: 50% | Enterprise: 50%",
+        "The credits for one month never add up to more than half of the fee.",
+        "Downtime.",
+        "6. How to claim a credit",  # a numbered heading is one line
+        "Open a ticket.",
+        "It was 1,400, not 14.",
+        "Then wait.",
+    ]
+    assert all(text[start:end] == piece for piece, start, end in sentence_spans(text))
+
+
+def test_a_quote_reads_as_prose_without_list_marks_or_wrapping():
+    assert (
+        as_prose("* Runners must be from\n    Conductor 5.0.")
+        == "Runners must be from Conductor 5.0."
+    )
+    assert as_prose("6. Open a ticket.") == "Open a ticket."
+    assert as_prose("**Retries.** A failed delivery") == "**Retries.** A failed delivery"
+    assert as_prose("-40 °C is the lowest") == "-40 °C is the lowest"
 
 
 def test_a_decimal_answer_keeps_one_citation():
