@@ -194,5 +194,17 @@ def row_match(question: str, sentence: str) -> float:
     return float(any(column != value for column in columns for value in values))
 
 
+def row_named(question: str, sentence: str) -> float:
+    """1 when the sentence is a table row whose key, its first cell ("Plan: Business",
+    "Severity: SEV-1", "Month: July"), the question names in full; else 0. Rows of one table
+    differ by their key, so a question on the Business plan is not answered by the Team
+    plan's row, nor by an add-on's row that lists Business among its plans."""
+    cells = row_cells(sentence)
+    if cells is None:
+        return 0.0
+    key = stems(cells[0][1])
+    return float(bool(key) and key <= stems(question))
+
+
 def _mostly_in(words: set[str], asked: set[str]) -> bool:
     return bool(words) and 2 * len(words & asked) >= len(words)

@@ -29,3 +29,31 @@ def test_ranking_several_questions_at_once_ranks_each_as_alone(embedder):
 
 def test_no_candidates_give_an_empty_ranking_per_question(embedder):
     assert EvidenceSelector(embedder).rank_each(["a?", "b?"], []) == [[], []]
+
+
+def document(text: str) -> ScoredChunk:
+    return ScoredChunk("c2", "notes", "Release notes", "notes.txt", 0, 0, len(text), text, 1.0)
+
+
+def test_a_dated_heading_is_evidence_and_an_undated_one_only_a_section(embedder):
+    text = (
+        "Conductor 4.9 — released 25 February 2025\n\n"
+        "New\n"
+        "  * Concurrency policies decide what happens when a run is still going.\n"
+    )
+    ranked = EvidenceSelector(embedder).rank("When did Conductor 4.9 come out?", [document(text)])
+    assert ranked[0].text == "Conductor 4.9 — released 25 February 2025"
+    assert "New" not in [s.text for s in ranked]
+    assert ranked[-1].section == "New"
+
+
+def test_the_row_of_the_plan_the_question_names_outranks_a_row_that_lists_it(embedder):
+    text = (
+        "Add-on: Log retention | Price (GBP per month): 90 | Available on: Business, Enterprise\n"
+        "Plan: Team | Monthly price (GBP): 149 | Seats: 10\n"
+        "Plan: Business | Monthly price (GBP): 499 | Seats: 25\n"
+    )
+    ranked = EvidenceSelector(embedder).rank(
+        "What does the Business plan cost per month?", [document(text)]
+    )
+    assert ranked[0].text.startswith("Plan: Business")

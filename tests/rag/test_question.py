@@ -10,6 +10,7 @@ from ragserve.rag.question import (
     missing_share,
     question_parts,
     row_match,
+    row_named,
     specific_kind,
 )
 
@@ -122,3 +123,16 @@ def test_parts_are_the_question_in_order_whatever_it_says(question):
 )
 def test_a_row_matches_when_the_question_names_its_entity_and_column(question, sentence, expected):
     assert row_match(question, sentence) == expected
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected"),
+    [
+        ("Plan: Business | Monthly price (GBP): 499", 1.0),
+        ("Plan: Team | Monthly price (GBP): 149", 0.0),
+        ("Add-on: Log retention | Available on: Business", 0.0),  # a row that only lists it
+        ("The Business plan costs 499 GBP a month.", 0.0),  # not a row
+    ],
+)
+def test_a_row_is_named_when_the_question_names_its_key(sentence, expected):
+    assert row_named("What does the Business plan cost per month?", sentence) == expected
