@@ -61,6 +61,36 @@ def test_text_and_markdown_keep_the_source_text():
     assert headings == ["# Guide", "## Setup"]
 
 
+ACTION_ITEMS = """Minutes of the board
+
+Date:     13 March 2025
+Place:    Leeds office
+
+ACTION ITEMS
+
+  #  Action                               Owner           Due
+  1  Publish a public roadmap page        Elena Costa     30 April 2025
+  2  Proposal for automatic credits       Lucia Ferreira
+  3  Share usage figures with members     Sofia Mendes    15 May 2025
+
+The board  meets again in June.
+"""
+
+
+def test_text_tables_lined_up_with_spaces_become_row_lines():
+    parsed = parse_bytes(ACTION_ITEMS.encode(), "minutes.txt")
+    rows = [
+        "#: 1 | Action: Publish a public roadmap page | Owner: Elena Costa | Due: 30 April 2025",
+        "#: 2 | Action: Proposal for automatic credits | Owner: Lucia Ferreira",  # no due date
+        "#: 3 | Action: Share usage figures with members | Owner: Sofia Mendes | Due: 15 May 2025",
+    ]
+    blocks = [parsed.text[b.start : b.end] for b in parsed.blocks]
+    assert blocks[-4:] == [*rows, "The board  meets again in June."]
+    # Labels lined up are no table, and the text around the table is the file's own.
+    assert parsed.text.startswith(ACTION_ITEMS[: ACTION_ITEMS.index("  #")])
+    assert "Date:     13 March 2025\nPlace:    Leeds office" in parsed.text
+
+
 def test_html_drops_boilerplate():
     parsed = parse_bytes(HTML.encode(), "page.html")
     assert "full sun" in parsed.text and "Codling moths" in parsed.text

@@ -1,11 +1,11 @@
 """Turn files into text with structure: txt, Markdown, HTML, PDF, docx, CSV, TSV and xlsx.
 
 The parsed text is what chunks, spans and citations refer to. For txt and Markdown it is the
-file itself, so a span points at the exact source characters; for HTML (main content found by
-trafilatura, boilerplate dropped), PDF (pypdf), docx (python-docx), CSV or TSV (delimited) and
-xlsx (openpyxl) it is the extracted text, a spreadsheet's rows written as lines.
-Blocks mark paragraphs and headings, for chunking that does not straddle a heading. Tables
-become one line per row that names each cell by its column's header (see tables).
+file itself but for its tables, so a span points at the exact source characters; for HTML
+(main content found by trafilatura, boilerplate dropped), PDF (pypdf), docx (python-docx), CSV
+or TSV (delimited) and xlsx (openpyxl) it is the extracted text, a spreadsheet's rows written
+as lines. Blocks mark paragraphs and headings, for chunking that does not straddle a heading.
+Tables become one line per row that names each cell by its column's header (see tables).
 
 Files are untrusted: whatever a file holds, parsing it either returns text or raises ParseError
 naming the file and the reason. Each format is a module of its own, so that reading one does

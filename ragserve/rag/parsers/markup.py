@@ -18,7 +18,7 @@ from ragserve.rag.parsers.document import (
     first_line,
     paragraph_blocks,
 )
-from ragserve.rag.parsers.tables import Table, row_lines, with_tables
+from ragserve.rag.parsers.tables import Table, aligned_tables, row_lines, with_tables
 
 # A line of a table as trafilatura writes one in Markdown ("| a | b |"), and its head separator.
 PIPE_ROW = re.compile(r"^\|.*\|$")
@@ -27,7 +27,9 @@ PIPE_CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
 
 def parse_text(text: str, name: str) -> ParsedDocument:
-    return ParsedDocument(text, first_line(text) or name, paragraph_blocks(text))
+    """Plain text: its paragraphs, and its tables lined up with spaces as row lines."""
+    text, blocks = with_tables(text, paragraph_blocks(text), aligned_tables(text))
+    return ParsedDocument(text, first_line(text) or name, blocks)
 
 
 def parse_markdown(text: str, name: str) -> ParsedDocument:

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from ragserve.rag.parsers.document import Block
 
 NUMBER = re.compile(r"[-+]?[\d.,\s]*\d[\d.,\s]*%?")
+# Inside a line of a table lined up with spaces: a gap of two or more spaces, and where a
+# column starts after one.
+INNER_GAP = re.compile(r"\S {2,}\S")
+COLUMN_START = re.compile(r"(?<=\S) {2,}(?=\S)")
 # How a row line joins its cells, and each cell's label to its value.
 CELL_SEPARATOR = " | "
 LABEL_SEPARATOR = ": "
@@ -123,3 +127,45 @@ def with_tables(text: str, blocks: list[Block], tables: list[Table]) -> tuple[st
                 end -= len(piece) - len(piece.rstrip())
                 moved_blocks.append(Block(moved(start), moved(end), block.heading))
     return "".join(pieces), sorted(moved_blocks + row_blocks, key=lambda b: b.start)
+
+
+def aligned_tables(text: str) -> list[Table]:
+    """The tables of plain text whose columns are lined up with spaces: a header line and at
+    least two rows, every line with a gap of two or more spaces inside it, each header column
+    starting where the rows have a space just before (a cell may be empty, a last column
+    short). A "Date:   15 October" block of labels is not a table: header cells do not end in
+    a colon."""
+    tables, run = [], []
+    for line in re.finditer(r"^.*$", text, re.MULTILINE):
+        content = line.group()
+        if content.strip() and INNER_GAP.search(content.strip()):
+            run.append(line)
+            continue
+        tables += _aligned(run)
+        run = []
+    return tables + _aligned(run)
+
+
+def _aligned(lines: list[re.Match[str]]) -> list[Table]:
+    if len(lines) < 3:
+        return []
+    header = lines[0].group()
+    starts = [m.end() for m in COLUMN_START.finditer(header)]
+    starts = [len(header) - len(header.lstrip()), *starts]
+    labels = _cells(header, starts)
+    if len(labels) < 2 or any(label.endswith(":") or not label for label in labels):
+        return []
+    if all(NUMBER.fullmatch(label) for label in labels):
+        return []
+    rows = []
+    for line in lines[1:]:
+        row = line.group()
+        if any(len(row) > start > 0 and row[start - 1] != " " for start in starts[1:]):
+            return []
+        rows.append(_cells(row, starts))
+    return [Table(lines[0].start(), lines[-1].end(), row_lines(labels, rows))]
+
+
+def _cells(line: str, starts: list[int]) -> list[str]:
+    ends = [*starts[1:], len(line)]
+    return [line[start:end].strip() for start, end in zip(starts, ends, strict=True)]
