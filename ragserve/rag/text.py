@@ -257,7 +257,7 @@ def sentence_spans(text: str) -> list[tuple[str, int, int]]:
             joined = (
                 "\n" not in between
                 if ABBREVIATION_END.search(previous) or LIST_NUMBER.fullmatch(previous)
-                else _wrapped_line(text, previous, previous_end, between)
+                else _wrapped_line(text, previous_end, between)
             )
             if joined:
                 spans[-1] = (text[previous_start:end], previous_start, end)
@@ -266,7 +266,7 @@ def sentence_spans(text: str) -> list[tuple[str, int, int]]:
     return spans
 
 
-def _wrapped_line(text: str, previous: str, previous_end: int, between: str) -> bool:
+def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
     """Whether a sentence piece that ends a line goes on in the next line, which starts with
     a capital or a digit (the regex already joins a line going on in lower case): the text was
     wrapped by hand (a plain-text file, a PDF's lines), so the line is long and ends in a
