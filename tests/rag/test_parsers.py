@@ -89,6 +89,13 @@ def test_text_tables_lined_up_with_spaces_become_row_lines():
     # Labels lined up are no table, and the text around the table is the file's own.
     assert parsed.text.startswith(ACTION_ITEMS[: ACTION_ITEMS.index("  #")])
     assert "Date:     13 March 2025\nPlace:    Leeds office" in parsed.text
+    prose = (
+        "The meeting opened at nine.  Everyone came and the chair\n"
+        "welcomed the new members of the board.  Then the budget was\n"
+        "discussed at length by the whole board for over an hour.  No\n"
+        "decision was taken.  The next meeting is in June.\n"
+    )
+    assert parse_bytes(prose.encode(), "notes.txt").text == prose
 
 
 def test_html_drops_boilerplate():

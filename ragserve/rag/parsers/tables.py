@@ -133,8 +133,9 @@ def aligned_tables(text: str) -> list[Table]:
     """The tables of plain text whose columns are lined up with spaces: a header line and at
     least two rows, every line with a gap of two or more spaces inside it, each header column
     starting where the rows have a space just before (a cell may be empty, a last column
-    short). A "Date:   15 October" block of labels is not a table: header cells do not end in
-    a colon."""
+    short) and each row's own gaps ending at some of them. A "Date:   15 October" block of
+    labels is not a table, nor is prose with two spaces after its full stops: header cells end
+    in no colon and no punctuation of a sentence."""
     tables, run = [], []
     for line in re.finditer(r"^.*$", text, re.MULTILINE):
         content = line.group()
@@ -153,7 +154,7 @@ def _aligned(lines: list[re.Match[str]]) -> list[Table]:
     starts = [m.end() for m in COLUMN_START.finditer(header)]
     starts = [len(header) - len(header.lstrip()), *starts]
     labels = _cells(header, starts)
-    if len(labels) < 2 or any(label.endswith(":") or not label for label in labels):
+    if len(labels) < 2 or any(not label or label[-1] in ":.,;!?" for label in labels):
         return []
     if all(NUMBER.fullmatch(label) for label in labels):
         return []
@@ -161,6 +162,10 @@ def _aligned(lines: list[re.Match[str]]) -> list[Table]:
     for line in lines[1:]:
         row = line.group()
         if any(len(row) > start > 0 and row[start - 1] != " " for start in starts[1:]):
+            return []
+        # A row's own gaps line up with the header's columns: prose with two spaces after
+        # its full stops only happens to have spaces there.
+        if not {m.end() for m in COLUMN_START.finditer(row)} & set(starts[1:]):
             return []
         rows.append(_cells(row, starts))
     return [Table(lines[0].start(), lines[-1].end(), row_lines(labels, rows))]
