@@ -9,20 +9,21 @@ repository root:
 """
 
 import io
+import sys
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docx
 import openpyxl
-from docx.shared import Pt
 from fpdf import FPDF
 from openpyxl.styles import Font
 from openpyxl.writer.excel import ExcelWriter
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from office_files import faq_docx, fixed_zip_times
+
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2025, 3, 10, 9, 0, 0, tzinfo=UTC)
-ZIP_TIME = (2025, 3, 10, 9, 0, 0)
 COMPANY = "Brindlecote Software Ltd"
 
 # The service level agreement. The PDF core fonts are Latin-1: no dashes or euro signs here.
@@ -406,34 +407,15 @@ def build_pdf(path: Path) -> None:
 
 
 def build_docx(path: Path) -> None:
-    document = docx.Document()
-    document.styles["Normal"].font.size = Pt(11)
-    properties = document.core_properties
-    properties.title = FAQ_TITLE
-    properties.author = f"{COMPANY}, Customer Support"
-    properties.last_modified_by = f"{COMPANY}, Customer Support"
-    properties.created = properties.modified = WRITTEN.replace(tzinfo=None)
-    properties.revision = 1
-    document.add_heading(FAQ_TITLE, level=0)
-    document.add_paragraph(FAQ_INTRO)
-    for heading, entries in FAQ_SECTIONS:
-        document.add_heading(heading, level=1)
-        for question, answer in entries:
-            if question is None:
-                table = document.add_table(rows=1, cols=len(SUPPORT_HEADER))
-                table.style = "Table Grid"
-                for cell, text in zip(table.rows[0].cells, SUPPORT_HEADER, strict=True):
-                    cell.text = text
-                    cell.paragraphs[0].runs[0].bold = True
-                for row in SUPPORT_ROWS:
-                    for cell, text in zip(table.add_row().cells, row, strict=True):
-                        cell.text = text
-                continue
-            document.add_heading(question, level=2)
-            document.add_paragraph(answer)
-    saved = io.BytesIO()
-    document.save(saved)
-    path.write_bytes(_fixed_zip_times(saved.getvalue()))
+    faq_docx(
+        path,
+        FAQ_TITLE,
+        f"{COMPANY}, Customer Support",
+        FAQ_INTRO,
+        FAQ_SECTIONS,
+        (SUPPORT_HEADER, SUPPORT_ROWS),
+        WRITTEN,
+    )
 
 
 def build_xlsx(path: Path) -> None:
@@ -453,7 +435,7 @@ def build_xlsx(path: Path) -> None:
     saved = io.BytesIO()
     with zipfile.ZipFile(saved, "w", zipfile.ZIP_DEFLATED) as archive:
         ExcelWriter(workbook, archive).save()
-    path.write_bytes(_fixed_zip_times(saved.getvalue()))
+    path.write_bytes(fixed_zip_times(saved.getvalue(), WRITTEN))
 
 
 def _fill_sheet(sheet, header, rows, widths) -> None:
@@ -465,21 +447,6 @@ def _fill_sheet(sheet, header, rows, widths) -> None:
     for column, width in zip("ABCDEFG", widths, strict=False):
         sheet.column_dimensions[column].width = width
     sheet.freeze_panes = "A2"
-
-
-def _fixed_zip_times(data: bytes) -> bytes:
-    """The same archive with every entry dated ZIP_TIME, so the bytes do not depend on when
-    the file was built."""
-    out = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(data)) as source,
-        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target,
-    ):
-        for info in source.infolist():
-            entry = zipfile.ZipInfo(info.filename, ZIP_TIME)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            target.writestr(entry, source.read(info))
-    return out.getvalue()
 
 
 def main() -> None:

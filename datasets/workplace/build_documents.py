@@ -7,18 +7,17 @@ so a rebuild gives the same bytes as the committed files. Run from the repositor
     .venv/bin/python datasets/workplace/build_documents.py
 """
 
-import io
-import zipfile
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docx
-from docx.shared import Pt
 from fpdf import FPDF
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from office_files import faq_docx
 
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2024, 10, 1, 9, 0, 0, tzinfo=UTC)
-ZIP_TIME = (2024, 10, 1, 9, 0, 0)
 
 FAQ_TITLE = "Travel and Expenses FAQ"
 FAQ_INTRO = (
@@ -195,49 +194,15 @@ REPORT_MORE = [
 
 
 def build_docx(path: Path) -> None:
-    document = docx.Document()
-    document.styles["Normal"].font.size = Pt(11)
-    properties = document.core_properties
-    properties.title = FAQ_TITLE
-    properties.author = "Skarvik Instruments AS, Finance"
-    properties.last_modified_by = "Skarvik Instruments AS, Finance"
-    properties.created = properties.modified = WRITTEN.replace(tzinfo=None)
-    properties.revision = 1
-    document.add_heading(FAQ_TITLE, level=0)
-    document.add_paragraph(FAQ_INTRO)
-    for heading, entries in FAQ_SECTIONS:
-        document.add_heading(heading, level=1)
-        for question, answer in entries:
-            if question is None:
-                table = document.add_table(rows=1, cols=len(PER_DIEM_HEADER))
-                table.style = "Table Grid"
-                for cell, text in zip(table.rows[0].cells, PER_DIEM_HEADER, strict=True):
-                    cell.text = text
-                    cell.paragraphs[0].runs[0].bold = True
-                for row in PER_DIEM_ROWS:
-                    for cell, text in zip(table.add_row().cells, row, strict=True):
-                        cell.text = text
-                continue
-            document.add_heading(question, level=2)
-            document.add_paragraph(answer)
-    saved = io.BytesIO()
-    document.save(saved)
-    path.write_bytes(_fixed_zip_times(saved.getvalue()))
-
-
-def _fixed_zip_times(data: bytes) -> bytes:
-    """The same archive with every entry dated ZIP_TIME, so the bytes do not depend on when
-    the file was built."""
-    out = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(data)) as source,
-        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target,
-    ):
-        for info in source.infolist():
-            entry = zipfile.ZipInfo(info.filename, ZIP_TIME)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            target.writestr(entry, source.read(info))
-    return out.getvalue()
+    faq_docx(
+        path,
+        FAQ_TITLE,
+        "Skarvik Instruments AS, Finance",
+        FAQ_INTRO,
+        FAQ_SECTIONS,
+        (PER_DIEM_HEADER, PER_DIEM_ROWS),
+        WRITTEN,
+    )
 
 
 def build_pdf(path: Path) -> None:

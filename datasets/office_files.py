@@ -1,0 +1,72 @@
+"""What the dev sets' build scripts share: a question-and-answer FAQ written as a Word file,
+and zip archives (docx, xlsx) whose entries carry a fixed time, so that a rebuild gives the
+same bytes as the committed file."""
+
+import io
+import zipfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import docx
+from docx.shared import Pt
+
+# (heading, [(question, answer), ...]); a None question marks the table's place.
+FaqSections = Sequence[tuple[str, Sequence[tuple[str | None, str]]]]
+
+
+def faq_docx(
+    path: Path,
+    title: str,
+    author: str,
+    intro: str,
+    sections: FaqSections,
+    table: tuple[Sequence[str], Sequence[Sequence[str]]],
+    written: datetime,
+) -> None:
+    """The FAQ as a docx: the title, the intro, each section a heading over its questions (as
+    smaller headings) and answers, and the one table (a bold header row, then its rows)."""
+    header, rows = table
+    document = docx.Document()
+    document.styles["Normal"].font.size = Pt(11)
+    properties = document.core_properties
+    properties.title = title
+    properties.author = properties.last_modified_by = author
+    properties.created = properties.modified = written.replace(tzinfo=None)
+    properties.revision = 1
+    document.add_heading(title, level=0)
+    document.add_paragraph(intro)
+    for heading, entries in sections:
+        document.add_heading(heading, level=1)
+        for question, answer in entries:
+            if question is None:
+                grid = document.add_table(rows=1, cols=len(header))
+                grid.style = "Table Grid"
+                for cell, text in zip(grid.rows[0].cells, header, strict=True):
+                    cell.text = text
+                    cell.paragraphs[0].runs[0].bold = True
+                for row in rows:
+                    for cell, text in zip(grid.add_row().cells, row, strict=True):
+                        cell.text = text
+                continue
+            document.add_heading(question, level=2)
+            document.add_paragraph(answer)
+    saved = io.BytesIO()
+    document.save(saved)
+    path.write_bytes(fixed_zip_times(saved.getvalue(), written))
+
+
+def fixed_zip_times(data: bytes, written: datetime) -> bytes:
+    """The same archive with every entry dated `written`, so the bytes do not depend on when
+    the file was built."""
+    when = written.timetuple()[:6]
+    out = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(data)) as source,
+        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
+        for info in source.infolist():
+            entry = zipfile.ZipInfo(info.filename, when)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            target.writestr(entry, source.read(info))
+    return out.getvalue()
