@@ -46,7 +46,7 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
     rows = []
     for item in context.items:
         reading = read_turn(item.question, item.history)
-        retrieval = retriever.retrieve(everything(), reading.query)
+        retrieval = retriever.retrieve_turn(everything(), reading)
         # Ranked as the answer path ranks it: whole sentences, with the question's parts, in
         # one embedding call.
         whole = retriever.whole_sentences(everything(), retrieval.chunks)

@@ -120,7 +120,7 @@ class AnswerService:
         k = top_k or self.settings.top_k
         reading = read_turn(question, history)
         query = reading.query
-        retrieval = await asyncio.to_thread(self.retriever.retrieve, access, query, k)
+        retrieval = await asyncio.to_thread(self.retriever.retrieve_turn, access, reading, k)
         retrieved = time.perf_counter()
         chunks = retrieval.chunks
         if self.reranker is not None and chunks:
@@ -181,12 +181,13 @@ class AnswerService:
         close second, and any near the best that covers words of the query the chosen ones
         leave open. When a follow-up's best sentence is also the earlier question's best, it
         may hold both answers or only the earlier one, so the best sentence for the
-        follow-up's own words (or the next best) comes too."""
+        follow-up's own words comes too; when they are too few to rank by, the next best of
+        those that name all the words the follow-up adds (or the next best)."""
         settings = self.settings
         ranked, parts = rankings[0], rankings[1 : 1 + len(reading.parts)]
         best = ranked[0]
         if reading.earlier and rankings[-1] and _key(rankings[-1][0]) == _key(best):
-            parts = [ranked, rankings[-2] if reading.own else ranked[1:]]
+            parts = [ranked, rankings[-2] if reading.own else _naming(ranked, reading.new_words)]
         chosen: list[Sentence] = []
         for ranking in parts:
             picked = next((s for s in ranking if _key(s) not in map(_key, chosen)), None)
@@ -320,6 +321,12 @@ class AnswerService:
         citations = [cite(n, s) for n, s in enumerate(chosen, start=1)]
         answer = " ".join(f"{as_prose(c.quote)} [{c.n}]" for c in citations)
         return AnswerResult(answer, "extractive", citations, answerability=probability)
+
+
+def _naming(ranked: list[Sentence], words: frozenset[str]) -> list[Sentence]:
+    """The sentences after the best, those whose context holds all the words first (some of
+    them alone may be anywhere: "once" of "And once it's over?")."""
+    return sorted(ranked[1:], key=lambda s: not words <= stems(s.context))
 
 
 def _key(sentence: Sentence) -> tuple[str, int]:

@@ -20,7 +20,9 @@ part of a question that asks two things ("..., and who signs off?"), read after 
 before it, and, for a follow-up, its own words and the earlier question as it was read. The
 earlier question's best sentence answered that turn; when it is also the follow-up's best, the
 follow-up's own words find what is new ("How long must my password be?" then "And what should
-I use as the second factor?" must not stop at the password sentence).
+I use as the second factor?" must not stop at the password sentence). Too few of them to rank
+by, they still say what the next sentence must name: "How much is an extra seat?" then "And a
+dedicated runner?" asks for a sentence that names a dedicated runner.
 """
 
 import re
@@ -81,12 +83,22 @@ class Reading:
     parts: tuple[str, ...] = ()
     own: str | None = None
     earlier: str | None = None
+    # The follow-up as asked (None for a question that stands alone).
+    follow_up: str | None = None
 
     @property
     def questions(self) -> list[str]:
         """What evidence is ranked for: the query, the parts, the follow-up's own words, the
         earlier question (those present, in this order)."""
         return [self.query, *self.parts, *(q for q in (self.own, self.earlier) if q)]
+
+    @property
+    def new_words(self) -> frozenset[str]:
+        """The follow-up's content words (stems) that the earlier question lacks: what it asks
+        anew ("And a dedicated runner?" after "How much is an extra seat?")."""
+        if self.follow_up is None or self.earlier is None:
+            return frozenset()
+        return frozenset(stems(self.follow_up) - stems(self.earlier))
 
 
 def read_turn(question: str, history: Sequence[str] = ()) -> Reading:
@@ -103,4 +115,4 @@ def read_turn(question: str, history: Sequence[str] = ()) -> Reading:
     if query == question:
         return Reading(query, parts)
     own = question if len(stems(question)) >= OWN_MIN_WORDS else None
-    return Reading(query, parts, own, standalone_query(turns[-1], turns[:-1]))
+    return Reading(query, parts, own, standalone_query(turns[-1], turns[:-1]), question)

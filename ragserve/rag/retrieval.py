@@ -12,10 +12,11 @@ and ...") can be quoted whole.
 
 from dataclasses import dataclass, replace
 
+from ragserve.rag.conversation import Reading
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.store import Store
-from ragserve.rag.text import sentence_spans
+from ragserve.rag.text import sentence_spans, stems
 
 RRF_K = 60
 # How far past a chunk's edge a cut sentence is completed, in characters.
@@ -81,6 +82,22 @@ class Retriever:
         chunks = [replace(c, readers=readers[c.doc_id]) for c in fused[:k] if c.doc_id in readers]
         return Retrieval(chunks, dense[0].score if dense else 0.0)
 
+    def retrieve_turn(
+        self, access: AccessFilter, reading: Reading, k: int | None = None
+    ) -> Retrieval:
+        """The chunks for a turn's query. A follow-up that names something new ("And a
+        dedicated runner?" after "How much is an extra seat?") is read with the earlier
+        question, whose words may then outrank its own: when no chunk names all the new
+        words, the chunks that do among those found for the follow-up as asked come after."""
+        retrieval = self.retrieve(access, reading.query, k)
+        new = reading.new_words
+        if not new or reading.follow_up is None or any(_names(c, new) for c in retrieval.chunks):
+            return retrieval
+        found = {c.chunk_id for c in retrieval.chunks}
+        extra = self.retrieve(access, reading.follow_up, k).chunks
+        naming = [c for c in extra if c.chunk_id not in found and _names(c, new)]
+        return replace(retrieval, chunks=retrieval.chunks + naming)
+
     def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
         return self.retrieve(access, query, k).chunks
 
@@ -94,6 +111,10 @@ class Retriever:
                 neighbours[chunk.doc_id] = self.store.document_chunks(access, chunk.doc_id)
             widened.append(_widened(chunk, neighbours[chunk.doc_id]))
         return widened
+
+
+def _names(chunk: ScoredChunk, words: frozenset[str]) -> bool:
+    return words <= stems(f"{chunk.title} {chunk.text}")
 
 
 def _widened(chunk: ScoredChunk, document: list[ScoredChunk]) -> ScoredChunk:

@@ -73,6 +73,12 @@ Vibration sensor VM-40;4 900;120
 Gateway SG-2;7 500;35
 Mounting kit;350;410
 """
+HARDWARE = (
+    "Hardware options. Builds run on shared machines in the workspace's region unless the team "
+    "books its own. Logs are kept for 30 days and artefacts for 7 days. A dedicated runner has "
+    "4 vCPU and 16 GB of memory and is billed at 240 GBP. Machines are patched every Sunday "
+    "night and restarted in turn."
+)
 BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
 
 STAFF = AccessFilter("acme", "sue", ("staff",))
@@ -253,3 +259,35 @@ def test_the_style_is_chosen_per_request(answers):
     # auto calls the model exactly when several sentences must be combined (the reply "x"
     # fails the check, so the answer is the quote of those sentences).
     assert bool(prompts) == (len(automatic.citations) > 1), automatic
+
+
+def test_a_follow_up_naming_something_new_gets_a_sentence_that_names_it(
+    embedder, answers, tmp_path
+):
+    # "How much is an extra seat per month?" then "And a dedicated runner?": read with the
+    # earlier question, the seat's sentences rank first; the answer must bring the sentence
+    # that names the runner, from a chunk the query alone would not retrieve.
+    store = SqliteStore(tmp_path / "index.sqlite", embedder.dimension)
+    ingestor = Ingestor(store, embedder)
+    for name, text in (
+        (
+            "seats.txt",
+            "An extra seat costs 12 GBP per month. An extra seat is paid for each month. "
+            "Each extra seat is a named user.",
+        ),
+        ("seat-policy.txt", "Each extra seat is billed per month from the day it is added."),
+        ("hardware.txt", HARDWARE),
+    ):
+        document = SourceDocument(name, text.encode())
+        assert ingestor.ingest(document, "acme", "root", Acl.of(groups=["staff"])).ok
+    service = AnswerService(
+        Retriever(store, embedder, RetrievalSettings(top_k=1)),
+        answers.selector,
+        replace(answers.answerability, refuse_below=0.0, quote_above=0.0),
+        answers.builder,
+        AnswerSettings(style="quote", top_k=1),
+    )
+    history = ["How much is an extra seat per month?"]
+    result = ask(service, "And a dedicated runner?", history=history)
+    assert "12 GBP" in result.answer and "billed at 240 GBP" in result.answer, result
+    store.close()

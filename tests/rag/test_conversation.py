@@ -34,3 +34,12 @@ def test_each_part_of_a_two_part_question_is_read_after_the_ones_before():
     assert reading.parts[0] == "How much did sales ask for in 2025"
     assert reading.parts[1].startswith("how much did they get?")
     assert "sales" in reading.parts[1]
+
+
+def test_a_follow_up_says_which_words_it_asks_anew():
+    reading = read_turn("And a dedicated runner?", ["How much is an extra seat per month?"])
+    assert reading.follow_up == "And a dedicated runner?"
+    assert reading.new_words == {"dedic", "runner"}
+    # Words the earlier question has are not new; a question that stands alone adds none.
+    assert read_turn("And the extra seats?", ["How much is an extra seat?"]).new_words == set()
+    assert read_turn("How much is an extra seat per month?").new_words == set()

@@ -1,3 +1,4 @@
+from ragserve.rag.conversation import read_turn
 from ragserve.rag.documents import AccessFilter, Acl, ScoredChunk
 from ragserve.rag.ingest import Ingestor, SourceDocument
 from ragserve.rag.retrieval import RetrievalSettings, Retriever, reciprocal_rank_fusion
@@ -46,4 +47,48 @@ def test_evidence_chunks_are_widened_to_whole_sentences_only_from_readable_text(
     # A reader who may not read the document gets nothing widened from it.
     stranger = AccessFilter("acme", "bob", ("visitors",))
     assert retriever.whole_sentences(stranger, chunks[1:2]) == chunks[1:2]
+    store.close()
+
+
+def test_a_follow_up_naming_something_new_gets_a_chunk_that_names_it(embedder, tmp_path):
+    # Read with the earlier question, "And a dedicated runner?" ranks the seat's chunk first:
+    # the earlier question has more words. A chunk that names the runner must come too.
+    store = SqliteStore(tmp_path / "index.sqlite", embedder.dimension)
+    ingestor = Ingestor(store, embedder)
+    for name, text in (
+        ("seats.txt", "An extra seat costs 12 GBP per month. Seats are named users."),
+        ("seat-policy.txt", "Each extra seat is billed per month from the day it is added."),
+        (
+            "hardware.txt",
+            "Hardware options. Builds run on shared machines in the workspace's region unless "
+            "the team books its own. Logs are kept for 30 days and artefacts for 7 days. "
+            "A dedicated runner has 4 vCPU and 16 GB of memory and is billed at 240 GBP. "
+            "Machines are patched every Sunday night and restarted in turn.",
+        ),
+    ):
+        document = SourceDocument(name, text.encode())
+        assert ingestor.ingest(document, "acme", "root", Acl.of(groups=["staff"])).ok
+    staff = AccessFilter("acme", "sue", ("staff",))
+    retriever = Retriever(store, embedder, RetrievalSettings(top_k=1))
+    history = ["How much is an extra seat per month?"]
+    reading = read_turn("And a dedicated runner?", history)
+    plain = retriever.retrieve(staff, reading.query).chunks
+    assert ["runner" not in c.text for c in plain] == [True]
+    turn = retriever.retrieve_turn(staff, reading).chunks
+    assert turn[0] == plain[0] and any("dedicated runner" in c.text for c in turn[1:])
+    # A question that stands alone, or one whose new words a chunk found already names, gets
+    # what retrieve gives.
+    alone = read_turn("How much is an extra seat per month?")
+    assert (
+        retriever.retrieve_turn(staff, alone).chunks
+        == retriever.retrieve(staff, alone.query).chunks
+    )
+    named = read_turn("And are seats named users?", history)
+    assert (
+        retriever.retrieve_turn(staff, named).chunks
+        == retriever.retrieve(staff, named.query).chunks
+    )
+    # Who may not read a document gets nothing of it on a follow-up either.
+    stranger = AccessFilter("acme", "bob", ("visitors",))
+    assert retriever.retrieve_turn(stranger, reading).chunks == []
     store.close()
