@@ -2,8 +2,9 @@
 
 A question may ask two things ("..., and who signs off?"); each part is answered by a sentence
 of its own. The kind of answer and the specific terms transfer across domains, which is why
-answerability and evidence selection read them: a "when" question is answered by a sentence
-with a date or a time, a "how many" question (or "how tight", "per km", "what do I pay") by
+answerability and evidence selection read them: a "when" question (or "what date") is
+answered by a sentence with a date or a time, a "how many" question (or "how tight", "per km",
+"what do I pay", or one that asks for a measure: "what monthly uptime", "at what elevation") by
 one with a number (in digits or words) the question does not give, a "who" question by one
 naming someone (or a role, a desk, a team) the question does not name; and a question's
 specific terms (names, numbers, codes: "Finland", "Q2", "VM-40") must be found in the
@@ -20,21 +21,31 @@ from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbe
 
 Expected = Literal["person", "time", "quantity"]
 
+# "What/which" and up to three words before the noun the question asks about ("What was the
+# measured monthly uptime ...?", "At what elevation ...?").
+_ASKED_NOUN = r"(?:what|which)(?:'s|\s+(?:is|was|are|were))?(?:\s+the)?(?:\s+[\w'-]+){0,3}?\s+"
+# Nouns that name a measure: asked about, they want a number.
+MEASURE_NOUNS = (
+    r"amount|number|total|price|cost|fee|charge|rate|percentage|share|ratio|score|limit|cap|"
+    r"maximum|minimum|budget|allowance|salary|discount|deposit|threshold|size|length|width|"
+    r"height|depth|elevation|altitude|weight|distance|speed|temperature|population|capacity|"
+    r"duration|frequency|age|uptime|availability|half-life|value|version|extension"
+)
 PERSON = re.compile(r"\b(who|whom|whose)\b", re.IGNORECASE)
 TIME = re.compile(
     r"\b(when|what time|what date|which date|which day|what day|what year|which year|"
-    r"what month|which month|by when|how soon|until when|deadline)\b",
+    rf"what month|which month|by when|how soon|until when|deadline|{_ASKED_NOUN}date)\b",
     re.IGNORECASE,
 )
 QUANTITY = re.compile(
     r"\b(how (many|much|long|often|far|big|large|old|high|heavy|fast|low|soon|deep|wide|"
     r"tall|hot|cold|warm|early|late)|"
-    r"what (percentage|share|rate|amount|size|speed|temperature|number|price|fee|cost|"
-    r"version|extension|limit|score|budget)|which version|\w+ (score|rate|number|"
+    r"\w+ (score|rate|number|"
     r"price|fee|cost|limit|budget|allowance|percentage) (was|is|are|were|of|for|in)|"
     r"how (?!(?:do|does|did|can|could|should|would|will|is|are|was|were|to|about|come)\b)[a-z]+|"
     r"per (?:km|mile|day|week|month|year|hour|night|person|employee|head|unit|item)|"
-    r"what (?:do|does|did|will|would) (?:\w+ ){1,3}(?:pay|cost|charge|earn|get))\b",
+    r"what (?:do|does|did|will|would) (?:\w+ ){1,3}(?:pay|cost|charge|earn|get)|"
+    rf"{_ASKED_NOUN}(?:{MEASURE_NOUNS})s?)\b",
     re.IGNORECASE,
 )
 TIME_WORDS = re.compile(
@@ -102,8 +113,10 @@ def question_parts(question: str) -> list[str]:
 
 def expected_answer(question: str) -> Expected | None:
     """The kind of answer the question asks for, when its wording says (else None): the
-    earliest phrase of a kind in the question. A bare "who" or "when" after another question
-    word opens a clause ("Which app do I use when signing in?" asks for an app). A query of
+    earliest phrase of a kind in the question, the shorter of two that start together ("What
+    was the date of the price change?" asks for a date, not a price). A bare
+    "who" or "when" after another question word opens a clause ("Which app do I use when
+    signing in?" asks for an app). A query of
     several questions (a follow-up read before the earlier ones, conversation.py) asks for
     what its first question that says asks for."""
     for part in question.split("?"):
@@ -114,10 +127,10 @@ def expected_answer(question: str) -> Expected | None:
             for match in pattern.finditer(part):
                 if match.group().lower() in CLAUSE_WORDS and match.start() > lead:
                     continue
-                found.append((match.start(), kind))
+                found.append((match.start(), match.end(), kind))
                 break
         if found:
-            return min(found)[1]
+            return min(found)[2]
     return None
 
 

@@ -52,6 +52,17 @@ def test_a_question_is_split_where_it_asks_a_second_thing(question, parts):
         ("What do I get per km when I cycle?", "quantity"),
         ("What do I pay for a new badge?", "quantity"),
         ("How do I reset the router?", None),
+        # The noun asked about says it: a measure wants a number, a date a time. Not a role:
+        # "Which king ...?" is answered by "Mithridates I", a name no pattern tells apart.
+        ("What was the measured monthly uptime of the region?", "quantity"),
+        ("At what elevation is the village?", "quantity"),
+        ("Which firmware version fixed the pairing bug?", "quantity"),
+        ("Which Parthian king took Media?", None),
+        ("What is the earliest date the price could change?", "time"),
+        # Of two nouns, the nearer: the date of a price change is a date.
+        ("What was the date of the price change?", "time"),
+        ("Which employees can't get paid for overtime?", None),
+        ("What counts as downtime?", None),
     ],
 )
 def test_the_expected_kind_is_the_question_words_not_a_clause(question, kind):
