@@ -187,5 +187,8 @@ def test_calibrate_fits_and_saves_an_answerability_model(inputs):
     model = Answerability.load(saved)
     assert model.features == tuple(report["model"]["features"])
     assert 0.0 <= model.refuse_below <= 1.0
+    # The threshold is the median of the best thresholds of the folds' 20 draws.
+    low, high = report["figures"]["thresholds"]
+    assert report["figures"]["repeats"] == 20 and low <= model.refuse_below <= high
     signals = report["signals"][0]
     assert 0.0 <= model.probability(signals) <= 1.0
