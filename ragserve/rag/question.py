@@ -40,8 +40,8 @@ TIME = re.compile(
 QUANTITY = re.compile(
     r"\b(how (many|much|long|often|far|big|large|old|high|heavy|fast|low|soon|deep|wide|"
     r"tall|hot|cold|warm|early|late)|"
-    r"\w+ (score|rate|number|"
-    r"price|fee|cost|limit|budget|allowance|percentage) (was|is|are|were|of|for|in)|"
+    r"\w+ (score|rate|number|price|fee|cost|limit|budget|allowance|percentage) "
+    r"(was|is|are|were|of|for|in)|"
     r"how (?!(?:do|does|did|can|could|should|would|will|is|are|was|were|to|about|come)\b)[a-z]+|"
     r"per (?:km|mile|day|week|month|year|hour|night|person|employee|head|unit|item)|"
     r"what (?:do|does|did|will|would) (?:\w+ ){1,3}(?:pay|cost|charge|earn|get)|"
@@ -88,14 +88,14 @@ SPECIFIC = re.compile(
 )
 
 
-# Where a question asks a second thing: a question word after ", and" (or "but"), after a
-# bare "and" when a verb follows within three words ("... and how much did they get?", not
-# "how pheromones evolved and what roles they play is ..."), or a new question after a
-# question mark. "and" between nouns ("the per diem and the hotel limit") joins what one
-# sentence or table row may state, and does not split.
+# Where a question asks a second thing: a question word (or a preposition and one: "to when",
+# "after how long") after ", and" (or "but"), after a bare "and" when a verb follows within
+# three words ("... and how much did they get?", not "how pheromones evolved and what roles
+# they play is ..."), or a new question after a question mark. "and" between nouns ("the per
+# diem and the hotel limit") joins what one sentence or table row may state, and does not split.
 _AUX = r"(?:is|are|was|were|does|do|did|can|could|should|must|may|will|would|has|have)"
 _ASKS = (
-    r"(?:(?:to|by|from|for|in|at|of|on|with)\s+)?"
+    r"(?:(?:to|by|from|for|in|at|of|on|with|after|before|until|within|during)\s+)?"
     rf"(?:who|whom|whose|what|when|where|which|why|how|{_AUX})\b"
 )
 SECOND_QUESTION = re.compile(
@@ -114,11 +114,10 @@ def question_parts(question: str) -> list[str]:
 def expected_answer(question: str) -> Expected | None:
     """The kind of answer the question asks for, when its wording says (else None): the
     earliest phrase of a kind in the question, the shorter of two that start together ("What
-    was the date of the price change?" asks for a date, not a price). A bare
-    "who" or "when" after another question word opens a clause ("Which app do I use when
-    signing in?" asks for an app). A query of
-    several questions (a follow-up read before the earlier ones, conversation.py) asks for
-    what its first question that says asks for."""
+    was the date of the price change?" asks for a date, not a price). A bare "who" or "when"
+    after another question word opens a clause ("Which app do I use when signing in?" asks for
+    an app). A query of several questions (a follow-up read before the earlier ones,
+    conversation.py) asks for what its first question that says asks for."""
     for part in question.split("?"):
         first = QUESTION_WORD.search(part)
         lead = first.start() if first else 0

@@ -30,6 +30,10 @@ PRICE_ROW = "Item: Gateway SG-2 | Unit price (NOK): 7 500 | Lead time: 5 weeks"
         ),
         ("When does it open? And who runs it?", ["When does it open?", "And who runs it?"]),
         ("Why was the move delayed, and to when?", ["Why was the move delayed", "to when?"]),
+        (
+            "How soon must I answer a page, and after how long is the backup paged?",
+            ["How soon must I answer a page", "after how long is the backup paged?"],
+        ),
         # "and" joining nouns, or opening a clause inside one question, does not split.
         ("What are the per diem and the hotel cap for Spain?", None),
         ("How tides formed and what roles they play is studied by which field?", None),
