@@ -30,6 +30,7 @@ from ragserve.eval.metrics import (
 )
 from ragserve.rag.answer import AnswerResult, AnswerService
 from ragserve.rag.answerability import Answerability
+from ragserve.rag.conversation import read_turn
 from ragserve.rag.documents import AccessFilter
 from ragserve.rag.rerank import Generate
 from ragserve.rag.text import CITATION, SENTENCE
@@ -38,11 +39,16 @@ from ragserve.reports import markdown_table, run_section, summary, write_report
 MAX_CONCURRENT = 8
 # Markers that open a sentence piece close the one before it ("... 1279. [1] He reigned ...").
 LEADING_CITATIONS = re.compile(r"(?:\s*\[\d+\])*")
+# Citation markers followed by the start of another sentence (not in lower case): a quote
+# cites each sentence it quotes, and a table row or a line ending in ";" has no full stop
+# ("... | Price: 12 [1] Add-on: ...").
+MARKERS_THEN_TEXT = re.compile(r"((?:\s*\[\d+\])+)[ \t]+(?=[^\s\[.!?,;:a-z])")
 
 
 def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[CitedSentence]:
     """The answer's sentences, each with the text of the passages its [n] markers name;
-    markers after a sentence's full stop ("... 1279. [1]", as a quote is cited) are its own.
+    markers after a sentence's full stop ("... 1279. [1]", as a quote is cited) are its own,
+    and markers end a sentence that has no full stop when the next one begins in capitals.
     A schema answer's claims are its supported values, each with the sources of its field."""
     chunk_of = {c.n: c.chunk_id for c in result.citations}
     pieces: list[tuple[str, list[int]]] = []
@@ -51,7 +57,8 @@ def cited_sentences(result: AnswerResult, passages: dict[str, str]) -> list[Cite
             (str(value_at(result.value, pointer)), marks)
             for pointer, marks in result.field_citations.items()
         ]
-    for match in SENTENCE.finditer(result.answer if result.value is None else ""):
+    answer = MARKERS_THEN_TEXT.sub(lambda m: m.group(1) + "\n", result.answer)
+    for match in SENTENCE.finditer(answer if result.value is None else ""):
         leading = LEADING_CITATIONS.match(match.group()).group()
         if pieces:
             pieces[-1][1].extend(int(n) for n in CITATION.findall(leading))
@@ -177,7 +184,8 @@ def score(
     retriever = context.retriever()
     records = []
     for item, (result, raw) in zip(context.items, outcomes, strict=True):
-        retrieved = retriever.retrieve(everything(), result.query or item.question).chunks
+        retrieved = retriever.retrieve_turn(everything(), read_turn(item.question, item.history))
+        retrieved = retrieved.chunks
         # The passages as the answer read them: whole sentences at the chunks' edges.
         passages = {c.chunk_id: c.text for c in retriever.whole_sentences(everything(), retrieved)}
         record = {

@@ -36,6 +36,23 @@ def test_markers_after_the_full_stop_belong_to_that_sentence():
     ]
 
 
+def test_markers_end_a_quoted_row_or_line_without_a_full_stop():
+    result = AnswerResult(
+        "Add-on: Extra seat | Price: 12 [1] Add-on: Runner | Price: 240 [2] "
+        "Maintenance counts as Downtime; [1] The fee is 400 NOK [1] and bookings go by lot [2].",
+        "extractive",
+        [citation(1, "c1"), citation(2, "c2")],
+    )
+    sentences = cited_sentences(result, {"c1": "P1", "c2": "P2"})
+    assert [(s.text, s.passages) for s in sentences] == [
+        ("Add-on: Extra seat | Price: 12", ["P1"]),
+        ("Add-on: Runner | Price: 240", ["P2"]),
+        ("Maintenance counts as Downtime;", ["P1"]),
+        # A sentence cited in its middle goes on in lower case: one sentence, both sources.
+        ("The fee is 400 NOK and bookings go by lot.", ["P1", "P2"]),
+    ]
+
+
 def test_a_schema_answers_claims_are_its_cited_values():
     data = {"who": {"a/b": "Thomas Brand"}, "years": [1874, 1875], "ok": True}
     result = AnswerResult(
