@@ -184,8 +184,8 @@ def score(
     retriever = context.retriever()
     records = []
     for item, (result, raw) in zip(context.items, outcomes, strict=True):
-        retrieved = retriever.retrieve_turn(everything(), read_turn(item.question, item.history))
-        retrieved = retrieved.chunks
+        reading = read_turn(item.question, item.history)
+        retrieved = retriever.retrieve_turn(everything(), reading).chunks
         # The passages as the answer read them: whole sentences at the chunks' edges.
         passages = {c.chunk_id: c.text for c in retriever.whole_sentences(everything(), retrieved)}
         record = {
