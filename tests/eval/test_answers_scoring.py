@@ -1,6 +1,7 @@
 import pytest
 
-from ragserve.eval.answers import cited_sentences, summarize
+from ragserve.eval.answers import summarize
+from ragserve.eval.claims import cited_sentences
 from ragserve.rag.answer import AnswerResult
 from ragserve.rag.citations import Citation
 
