@@ -1,7 +1,11 @@
 """Engine settings. Every limit the scheduler enforces has a field here."""
 
+import fcntl
 import functools
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +23,25 @@ QUANTIZATIONS = ("none", "int8")
 def cache_dir() -> Path:
     """Where imported models and built kernels are kept (RAGSERVE_HOME)."""
     return Path(os.environ.get("RAGSERVE_HOME", Path.home() / ".cache" / "ragserve"))
+
+
+def made_once(target: Path, is_made: Callable[[Path], bool], make: Callable[[Path], None]) -> Path:
+    """target, made once: make() fills a scratch folder beside it, renamed into place under a
+    lock, so that two processes never make it twice and none reads it half made."""
+    if is_made(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_made(target):
+            return target
+        scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+        try:
+            make(scratch)
+            scratch.rename(target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
 
 
 # RAGSERVE_CPU_ISA=avx2 holds ragserve's own kernels, and the paths chosen by CPU flags, to

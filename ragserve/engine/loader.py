@@ -5,21 +5,18 @@ A GGUF file is imported once into a Hugging Face folder under the cache director
 downloaded: a known model comes from a Python package that ships its weights.
 """
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import logging
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from ragserve.engine.config import cache_dir
+from ragserve.engine.config import cache_dir, made_once
 from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
 from ragserve.engine.models import model_class
 
@@ -119,20 +116,11 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def import_gguf(gguf_file: Path, target: Path) -> Path:
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "config.json").is_file():
-            return target
+    def convert(out: Path) -> None:
         logger.info("importing %s into %s (once)", gguf_file, target)
-        scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-        try:
-            _convert_gguf(gguf_file, scratch)
-            scratch.rename(target)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        _convert_gguf(gguf_file, out)
+
+    made_once(target, lambda folder: (folder / "config.json").is_file(), convert)
     return check_folder(target)
 
 

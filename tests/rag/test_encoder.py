@@ -1,5 +1,5 @@
-"""The BERT encoder run in plain torch gives sentence-transformers' vectors, and folders of
-another shape still go to sentence-transformers."""
+"""The BERT and MPNet encoders run in plain torch give sentence-transformers' vectors, and
+folders of another shape still go to sentence-transformers."""
 
 import json
 import shutil
@@ -10,7 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragserve.rag.embeddings import Embedder, embedding_dimension, resolve_embedding_model
+from ragserve.rag.embeddings import (
+    DEFAULT_READER_MODEL,
+    Embedder,
+    embedding_dimension,
+    resolve_embedding_model,
+)
 from ragserve.rag.encoder import EncoderFolder
 
 TEXTS = [
@@ -52,6 +57,31 @@ def test_default_model_runs_natively_with_sentence_transformers_vectors():
     # A text's vector does not depend on what it was batched with.
     alone = embedder.embed([TEXTS[1]])
     assert np.abs(alone[0] - ours[1]).max() < 1e-5
+
+
+def test_reader_model_runs_natively_with_sentence_transformers_vectors():
+    """MPNet: positions counted after the padding id, and each head's bias by bucketed
+    distance (the 400 words reach the far, logarithmic buckets)."""
+    embedder = Embedder(DEFAULT_READER_MODEL, batch_size=16)
+    assert EncoderFolder.read(embedder.path).runs_natively
+    ours = embedder.embed(TEXTS)
+    reference = _reference(embedder.path, TEXTS)
+    assert ours.shape == reference.shape == (len(TEXTS), 768)
+    assert np.abs(ours - reference).max() < 1e-5
+
+
+def test_reader_model_is_unpacked_from_its_parts_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
+    folder = resolve_embedding_model(DEFAULT_READER_MODEL)
+    assert folder.is_relative_to(tmp_path)
+    assert EncoderFolder.read(folder).dimension == 768
+    assert not list(folder.rglob("desktop.ini"))
+    made = (folder / "model.safetensors").stat().st_mtime_ns
+    assert resolve_embedding_model(DEFAULT_READER_MODEL) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == made
+    assert [p.name for p in folder.parent.iterdir() if not p.name.endswith(".lock")] == [
+        folder.name
+    ]
 
 
 def test_cls_pooling_runs_natively(tmp_path):
