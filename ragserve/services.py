@@ -173,6 +173,19 @@ def build_embedder(settings: Settings) -> Embedder:
     return Embedder(settings.embedding_model, ingest_dtype=settings.embedding_ingest_dtype)
 
 
+def build_reader(settings: Settings, embedder: Embedder | None = None) -> Embedder:
+    """The reader model's embedder (evidence ranking): retrieval's own when it is the same
+    model, else one per process and model, shared by every service built in it."""
+    if embedder is not None and settings.reader_model == embedder.name:
+        return embedder
+    return _reader(settings.reader_model)
+
+
+@functools.cache
+def _reader(model: str) -> Embedder:
+    return Embedder(model, query_dtype="auto")
+
+
 class DocumentIndex:
     """The documents without a model: what ingestion, listing and deletion need. The store
     opens at the embedding model's dimension, read from its files; the model itself is loaded
@@ -245,7 +258,7 @@ class RagServices:
         )
         answers = AnswerService(
             retriever,
-            EvidenceSelector(index.embedder, settings.evidence_settings()),
+            EvidenceSelector(build_reader(settings, index.embedder), settings.evidence_settings()),
             Answerability.load(settings.answerability_file),
             builder,
             settings.answer_settings(),

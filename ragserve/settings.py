@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,8 +21,9 @@ from pydantic_settings import (
 
 from ragserve.engine.config import EngineConfig
 from ragserve.rag.answer import AnswerSettings
+from ragserve.rag.answerability import Answerability
 from ragserve.rag.documents import DEFAULT_VERSIONS_KEPT
-from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL
+from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, DEFAULT_READER_MODEL
 from ragserve.rag.evidence import EvidenceSettings
 from ragserve.rag.retrieval import RetrievalSettings
 
@@ -114,6 +115,10 @@ class Settings(BaseSettings):
     document_versions_kept: int = Field(DEFAULT_VERSIONS_KEPT, ge=0, le=1000)
     # A name the package registry knows (all-minilm-l6-v2) or a sentence-transformers folder.
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    # The embedding model that reads the question against each retrieved sentence (evidence
+    # ranking and answerability): a larger one than retrieval's, since it reads tens of
+    # sentences, not the whole index. The packaged answerability model was fitted with it.
+    reader_model: str = DEFAULT_READER_MODEL
     # What documents embed in when ingested (queries always in float32): "auto" is bfloat16
     # where the CPU computes it natively, else float32 (see Embedder).
     embedding_ingest_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -178,6 +183,14 @@ class Settings(BaseSettings):
     response_cache: bool = False
     response_cache_ttl_s: float = Field(300.0, gt=0)
     response_cache_max_entries: int = Field(10_000, ge=1)
+
+    @model_validator(mode="after")
+    def _answerability_reads_the_reader(self) -> "Settings":
+        """Refuse an answerability model fitted on another reader model's similarities."""
+        if self.answerability_file is not None and not self.answerability_file.is_file():
+            raise ValueError(f"answerability_file {self.answerability_file} does not exist")
+        Answerability.load(self.answerability_file).check_reader(self.reader_model)
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -56,6 +56,15 @@ def embedder():
 
 
 @pytest.fixture(scope="session")
+def reader():
+    """The reader model's embedder, the one every service built in this process shares."""
+    from ragserve.services import build_reader
+    from ragserve.settings import Settings
+
+    return build_reader(Settings())
+
+
+@pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory):
     """A real PostgreSQL with pgvector, from the pgserver package."""
     pgserver = pytest.importorskip("pgserver")

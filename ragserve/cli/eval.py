@@ -291,7 +291,7 @@ def calibrate(
             rows += calibration.measure(context)
         metas.append(context.metadata())
         context.close()
-    model, figures = calibration.fit(rows, folds)
+    model, figures = calibration.fit(rows, settings.reader_model, folds)
     meta = metas[0] | {"sets": metas, "folds": folds}
     report = {"meta": meta, "model": model.__dict__, "figures": figures, "signals": rows}
     if save_to is not None:

@@ -31,18 +31,27 @@ from ragserve.rag.answerability import SIGNALS, Answerability, signals
 from ragserve.rag.conversation import read_turn
 from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.reports import markdown_table, run_section, write_report
+from ragserve.services import build_reader
 
 # Chosen by cross-validated AUC on the union of the development sets (Wikipedia and the
 # workplace documents) among the signals of answerability.py (docs/evaluation.md has the
 # figures).
-FEATURES = ("best_chunk", "best_score", "missing", "coverage", "kind_match", "row_match")
+FEATURES = (
+    "best_chunk",
+    "best_score",
+    "missing",
+    "coverage",
+    "kind_match",
+    "row_match",
+    "top_two_same_document",
+)
 
 
 def measure(context: EvalContext) -> list[dict[str, Any]]:
     """Each question's answerability signals and label (1: answerable)."""
     retriever = context.retriever()
     settings = EvidenceSettings(sentences=context.settings.evidence_sentences)
-    selector = EvidenceSelector(context.embedder, settings)
+    selector = EvidenceSelector(build_reader(context.settings, context.embedder), settings)
     rows = []
     for item in context.items:
         reading = read_turn(item.question, item.history)
@@ -79,7 +88,11 @@ def best_threshold(probabilities: np.ndarray, answerable: np.ndarray) -> tuple[f
 
 
 def fit(
-    rows: list[dict[str, Any]], folds: int = 5, repeats: int = 20, c: float = 1.0
+    rows: list[dict[str, Any]],
+    reader_model: str,
+    folds: int = 5,
+    repeats: int = 20,
+    c: float = 1.0,
 ) -> tuple[Answerability, dict[str, Any]]:
     x = np.array([[row[f] for f in FEATURES] for row in rows])
     y = np.array([row["answerable"] for row in rows])
@@ -109,6 +122,7 @@ def fit(
         bias=bias,
         refuse_below=threshold,
         quote_above=threshold,
+        reader_model=reader_model,
     )
     figures = {
         "questions": len(rows),

@@ -7,6 +7,8 @@ a versioned file
 (answerability.json beside this module). Two thresholds on its probability make the
 decisions: under `refuse_below` the question is refused without a model call; at or over
 `quote_above`, an answer that fails the citation check falls back to quoting the evidence.
+The similarities it reads are the reader model's (Settings.reader_model), so the file names
+that model, and a service whose reader model differs will not start with it.
 """
 
 import json
@@ -14,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL
 from ragserve.rag.evidence import Sentence, overlap_share
 from ragserve.rag.question import missing_share, row_match
 
@@ -69,6 +72,9 @@ class Answerability:
     bias: float
     refuse_below: float
     quote_above: float
+    # The reader model whose similarities it was fitted on (a file that does not say was
+    # fitted when the reader was retrieval's embedder, all-minilm-l6-v2).
+    reader_model: str = DEFAULT_EMBEDDING_MODEL
 
     @classmethod
     def load(cls, path: Path | None = None) -> "Answerability":
@@ -80,7 +86,18 @@ class Answerability:
             data["bias"],
             data["refuse_below"],
             data["quote_above"],
+            data.get("reader_model", DEFAULT_EMBEDDING_MODEL),
         )
+
+    def check_reader(self, reader_model: str) -> None:
+        """Raise when the model was fitted on another reader model's similarities: its
+        thresholds would not mean what they say."""
+        if self.reader_model != reader_model:
+            raise ValueError(
+                f"the answerability model ({self.version}) was fitted with reader model "
+                f"{self.reader_model!r}, not {reader_model!r}: refit it with `ragserve eval "
+                "calibrate --save-to FILE` under this reader model and set answerability_file"
+            )
 
     def probability(self, measured: dict[str, float]) -> float:
         z = self.bias + sum(

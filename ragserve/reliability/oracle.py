@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 from ragserve.engine.client import FixedModel
 from ragserve.engine.loader import resolve_model
 from ragserve.rag.documents import ScoredChunk
-from ragserve.rag.embeddings import DEFAULT_EMBEDDING_MODEL, Embedder
+from ragserve.rag.embeddings import DEFAULT_READER_MODEL, Embedder
 from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.rag.prompt import PromptBuilder
 from ragserve.reports import markdown_table, run_metadata, summary
@@ -47,7 +47,7 @@ class OracleSettings:
     answer_max_tokens: int
     evidence_budget: int
     datamark: bool
-    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    reader_model: str = DEFAULT_READER_MODEL
     evidence_sentences: int = 3
     trials: int = 100
     seed: int = 0
@@ -87,7 +87,7 @@ class Oracle:
             settings.datamark,
         )
         self.selector = EvidenceSelector(
-            Embedder(settings.embedding_model), EvidenceSettings(settings.evidence_sentences)
+            Embedder(settings.reader_model), EvidenceSettings(settings.evidence_sentences)
         )
 
     def _get(self, path: str, key: str) -> Any:

@@ -186,6 +186,7 @@ def test_calibrate_fits_and_saves_an_answerability_model(inputs):
     assert 0.0 <= report["figures"]["cv_auc"] <= 1.0
     model = Answerability.load(saved)
     assert model.features == tuple(report["model"]["features"])
+    assert model.reader_model == "all-mpnet-base-v2"
     assert 0.0 <= model.refuse_below <= 1.0
     # The threshold is the median of the best thresholds of the folds' 20 draws.
     low, high = report["figures"]["thresholds"]

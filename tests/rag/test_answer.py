@@ -140,10 +140,10 @@ def lakes(embedder, tmp_path):
     store.close()
 
 
-def service(store, embedder, tokenizer) -> AnswerService:
+def service(store, embedder, reader, tokenizer) -> AnswerService:
     return AnswerService(
         Retriever(store, embedder, RetrievalSettings()),
-        EvidenceSelector(embedder),
+        EvidenceSelector(reader),
         Answerability.load(),
         PromptBuilder(FixedModel(tokenizer, 2048), 48, 1200),
         AnswerSettings(style="generate"),
@@ -176,10 +176,10 @@ def run(answers: AnswerService, access, question: str, generate, **options) -> A
 STAFF = AccessFilter("acme", "sue", ("staff",))
 
 
-def test_an_unsupported_answer_falls_back_to_an_exact_quote(lakes, embedder, llm_fp32):
+def test_an_unsupported_answer_falls_back_to_an_exact_quote(lakes, embedder, reader, llm_fp32):
     tokenizer = llm_fp32.get_tokenizer()
     prompts: list[str] = []
-    answers = service(lakes, embedder, tokenizer)
+    answers = service(lakes, embedder, reader, tokenizer)
     question = "How deep can Lake Quenmar get?"
     result = run(
         answers, STAFF, question, replying("It is 300 metres deep [1].", prompts, tokenizer)
@@ -196,9 +196,9 @@ def test_an_unsupported_answer_falls_back_to_an_exact_quote(lakes, embedder, llm
     assert "999" not in prompts[0] and "classified" not in prompts[0]
 
 
-def test_a_supported_answer_is_kept_as_generated(lakes, embedder, llm_fp32):
+def test_a_supported_answer_is_kept_as_generated(lakes, embedder, reader, llm_fp32):
     tokenizer = llm_fp32.get_tokenizer()
-    answers = service(lakes, embedder, tokenizer)
+    answers = service(lakes, embedder, reader, tokenizer)
     prompts: list[str] = []
     reply = replying("Lake Quenmar is 212 metres deep at most [1].", prompts, tokenizer)
     result = run(answers, STAFF, "How deep can Lake Quenmar get?", reply)
@@ -206,19 +206,21 @@ def test_a_supported_answer_is_kept_as_generated(lakes, embedder, llm_fp32):
     assert result.citations[0].quote.startswith("Its maximum depth is 212 metres")
 
 
-def test_an_unanswerable_question_is_refused_without_a_model_call(lakes, embedder, llm_fp32):
+def test_an_unanswerable_question_is_refused_without_a_model_call(
+    lakes, embedder, reader, llm_fp32
+):
     tokenizer = llm_fp32.get_tokenizer()
     prompts: list[str] = []
-    answers = service(lakes, embedder, tokenizer)
+    answers = service(lakes, embedder, reader, tokenizer)
     question = "Who composed the opera Tosca?"
     result = run(answers, STAFF, question, replying("Puccini [1].", prompts, tokenizer))
     assert result.mode == "refused" and prompts == []
     assert result.refusal == "no_match" and result.answer == REFUSALS["no_match"]
 
 
-def test_the_quote_style_answers_without_a_model_call(lakes, embedder, llm_fp32):
+def test_the_quote_style_answers_without_a_model_call(lakes, embedder, reader, llm_fp32):
     tokenizer = llm_fp32.get_tokenizer()
-    answers = service(lakes, embedder, tokenizer)
+    answers = service(lakes, embedder, reader, tokenizer)
     answers.settings.style = "quote"
     prompts: list[str] = []
     result = run(

@@ -105,10 +105,10 @@ def documents(embedder, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def answers(documents, embedder, llm_fp32) -> AnswerService:
+def answers(documents, embedder, reader, llm_fp32) -> AnswerService:
     return AnswerService(
         Retriever(documents, embedder, RetrievalSettings()),
-        EvidenceSelector(embedder),
+        EvidenceSelector(reader),
         Answerability.load(),
         PromptBuilder(FixedModel(llm_fp32.get_tokenizer(), 2048), 48, 1200),
         AnswerSettings(style="quote"),
