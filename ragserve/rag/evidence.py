@@ -4,7 +4,9 @@ Candidates are the sentences of the retrieved chunks (after the ACL filter, so o
 text is ever a candidate), table rows included: parsers write a row as one line that names
 each cell by its column ("Month: August | CSAT: 4.6"). A line that is a heading, a title or a
 question (an FAQ's "What is the per diem?") is not an answer: it becomes the section of the
-sentences after it, read with them for word overlap.
+sentences after it, read with them for word overlap; an FAQ question that holds every content
+word of the user's question is that question asked again, and the sentences under it are at
+least as close to the user's question as it is.
 
 Each candidate is scored by the cosine similarity of its embedding to the question's (the
 reader model's embeddings, all-mpnet-base-v2 by default: larger than retrieval's, which it can
@@ -93,6 +95,12 @@ def overlap_share(question: str, text: str) -> float:
     return len(asked & stems(text)) / len(asked) if asked else 0.0
 
 
+def _asks_again(question: str, faq_question: str) -> bool:
+    """Whether an FAQ's question holds every content word (stem) of the user's question."""
+    words = stems(question)
+    return bool(words) and words <= stems(faq_question)
+
+
 def is_whole_line(text: str, start: int, end: int) -> bool:
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
@@ -153,12 +161,38 @@ class EvidenceSelector:
         found = self.candidates(chunks)
         if not found:
             return [[] for _ in questions]
-        vectors = np.asarray(self.embedder.embed([*questions, *(c.text for c in found)]))
-        asked, sentences = vectors[: len(questions)], vectors[len(questions) :]
-        return [
-            self._scored(question, found, sentences @ vector)
-            for question, vector in zip(questions, asked, strict=True)
-        ]
+        # An FAQ entry whose question holds every content word of the user's question is
+        # that question asked again, and its answer may share few of its words ("The daily
+        # meal allowance ..." under "What is the per diem ...?"): the sentences under it read
+        # as close to the user's question as the FAQ's question does, when that is closer.
+        asked_again = sorted(
+            {
+                c.section
+                for c in found
+                if c.section.endswith("?") and any(_asks_again(q, c.section) for q in questions)
+            }
+        )
+        texts = [*questions, *(c.text for c in found), *asked_again]
+        vectors = np.asarray(self.embedder.embed(texts))
+        n, m = len(questions), len(found)
+        asked, sentences, faq = vectors[:n], vectors[n : n + m], vectors[n + m :]
+        ranked = []
+        for question, vector in zip(questions, asked, strict=True):
+            similarities = sentences @ vector
+            same = {
+                section: float(faq_vector @ vector)
+                for section, faq_vector in zip(asked_again, faq, strict=True)
+                if _asks_again(question, section)
+            }
+            if same:
+                similarities = np.array(
+                    [
+                        max(float(similarity), same.get(c.section, -1.0))
+                        for c, similarity in zip(found, similarities, strict=True)
+                    ]
+                )
+            ranked.append(self._scored(question, found, similarities))
+        return ranked
 
     def _scored(
         self, question: str, found: list[Candidate], similarities: np.ndarray

@@ -57,3 +57,27 @@ def test_the_row_of_the_plan_the_question_names_outranks_a_row_that_lists_it(emb
         "What does the Business plan cost per month?", [document(text)]
     )
     assert ranked[0].text.startswith("Plan: Business")
+
+
+FAQ = (
+    "What is the per diem for domestic travel?\n"
+    "The daily meal allowance for domestic travel is 450 NOK.\n\n"
+    "Can I fly business class?\n"
+    "Business class always needs written approval from the finance director.\n"
+)
+
+
+def test_an_faq_question_asked_again_lends_its_answer_its_closeness(embedder):
+    selector = EvidenceSelector(embedder)
+    asked = selector.rank("What is the per diem for domestic travel?", [document(FAQ)])
+    answer = next(s for s in asked if s.text.startswith("The daily meal allowance"))
+    alone = selector.embedder.embed(["What is the per diem for domestic travel?", answer.text])
+    assert answer.section == "What is the per diem for domestic travel?"
+    assert answer.similarity == pytest.approx(1.0, abs=1e-5)
+    assert answer.similarity > float(alone[0] @ alone[1]) + 0.2
+    # A question with a word the FAQ's question lacks is another question: the sentence is
+    # read alone.
+    other = selector.rank("What is the per diem for travel to Russia?", [document(FAQ)])
+    answer = next(s for s in other if s.text.startswith("The daily meal allowance"))
+    alone = selector.embedder.embed(["What is the per diem for travel to Russia?", answer.text])
+    assert answer.similarity == pytest.approx(float(alone[0] @ alone[1]), abs=1e-5)
