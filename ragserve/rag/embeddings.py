@@ -90,10 +90,11 @@ class Embedder:
     history (starting an engine sets its caller's to one), and the same batch on another count
     can round differently in its last bits: a reader's similarities, hence answerability and
     refusals, must not move with which thread asked or what ran before. Queries and evidence
-    sentences (embed) go through one thread (a server's engine owns the cores, and a query
-    embeds 2-3x faster on one thread than on two); documents being ingested (embed_passages),
-    stored once and read as stored, through another with `ingest_threads` (all cores by
-    default).
+    sentences (embed) go through one thread computing with `threads` (one by default: a
+    server's engine owns the cores, and a query embeds 2-3x faster on one thread than on two;
+    the reader model's batches of tens of sentences take all); documents being ingested
+    (embed_passages), stored once and read as stored, through another with `ingest_threads`
+    (all cores by default).
 
     Documents embed in `ingest_dtype`: "auto" is bfloat16 where the CPU computes it natively
     (2.8x the float32 ingestion on AVX-512 BF16, vectors within cosine 0.9999 of float32's and
