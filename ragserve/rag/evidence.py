@@ -178,20 +178,14 @@ class EvidenceSelector:
         asked, sentences, faq = vectors[:n], vectors[n : n + m], vectors[n + m :]
         ranked = []
         for question, vector in zip(questions, asked, strict=True):
-            similarities = sentences @ vector
-            same = {
+            lifts = {
                 section: float(faq_vector @ vector)
                 for section, faq_vector in zip(asked_again, faq, strict=True)
                 if _asks_again(question, section)
             }
-            if same:
-                similarities = np.array(
-                    [
-                        max(float(similarity), same.get(c.section, -1.0))
-                        for c, similarity in zip(found, similarities, strict=True)
-                    ]
-                )
-            ranked.append(self._scored(question, found, similarities))
+            # -1 is the least a cosine can be: a sentence under no such question keeps its own.
+            lifted = np.array([lifts.get(c.section, -1.0) for c in found])
+            ranked.append(self._scored(question, found, np.maximum(sentences @ vector, lifted)))
         return ranked
 
     def _scored(

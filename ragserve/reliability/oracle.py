@@ -28,10 +28,11 @@ from transformers import AutoTokenizer
 from ragserve.engine.client import FixedModel
 from ragserve.engine.loader import resolve_model
 from ragserve.rag.documents import ScoredChunk
-from ragserve.rag.embeddings import DEFAULT_READER_MODEL, Embedder
+from ragserve.rag.embeddings import DEFAULT_READER_MODEL
 from ragserve.rag.evidence import EvidenceSelector, EvidenceSettings
 from ragserve.rag.prompt import PromptBuilder
 from ragserve.reports import markdown_table, run_metadata, summary
+from ragserve.services import reader_embedder
 
 SYLLABLES = ("vel", "cor", "dran", "mox", "tal", "quen", "bris", "lum", "var", "zet", "pol", "ka")
 
@@ -87,7 +88,7 @@ class Oracle:
             settings.datamark,
         )
         self.selector = EvidenceSelector(
-            Embedder(settings.reader_model), EvidenceSettings(settings.evidence_sentences)
+            reader_embedder(settings.reader_model), EvidenceSettings(settings.evidence_sentences)
         )
 
     def _get(self, path: str, key: str) -> Any:
