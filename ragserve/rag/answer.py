@@ -37,7 +37,7 @@ from ragserve.rag.answer_result import (
     AnswerEvent,
     AnswerResult,
     AnswerStyle,
-    cite,
+    quoted,
     refusal,
 )
 from ragserve.rag.answerability import Answerability, signals
@@ -54,7 +54,7 @@ from ragserve.rag.structured_answer import (
     evidence_numbers,
     parse_json,
 )
-from ragserve.rag.text import as_prose, stems
+from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class AnswerService:
             needs_model = schema is not None or style == "generate"
             needs_model = needs_model or (style == "auto" and len(chosen) > 1)
             if not needs_model:
-                result = self._quote(chosen, ranked, probability)
+                result = self._quote(query, chosen, ranked, probability)
             else:
                 result = await self._generated(
                     question, query, ranked, chosen, probability, generate, schema, started
@@ -284,7 +284,7 @@ class AnswerService:
             if supported and best in {(c.doc_id, c.start) for c in citations}:
                 return AnswerResult(answer, "generated", citations, answerability=probability)
         if self.settings.extractive_fallback:
-            return self._quote(chosen, chosen, probability)
+            return self._quote(query, chosen, chosen, probability)
         return refusal("not_stated", probability, chosen)
 
     @staticmethod
@@ -312,14 +312,13 @@ class AnswerService:
         )
 
     def _quote(
-        self, chosen: list[Sentence], ranked: list[Sentence], probability: float
+        self, query: str, chosen: list[Sentence], ranked: list[Sentence], probability: float
     ) -> AnswerResult:
         """The chosen sentences quoted, if answerability is confident enough to quote; else
         the refusal with the closest passages as related."""
         if probability < self.answerability.quote_above:
             return refusal("not_stated", probability, ranked)
-        citations = [cite(n, s) for n, s in enumerate(chosen, start=1)]
-        answer = " ".join(f"{as_prose(c.quote)} [{c.n}]" for c in citations)
+        answer, citations = quoted(query, chosen)
         return AnswerResult(answer, "extractive", citations, answerability=probability)
 
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from ragserve.rag.citations import Citation
 from ragserve.rag.evidence import Sentence
+from ragserve.rag.question import answer_kind_match
+from ragserve.rag.text import as_prose, stems
 
 Mode = Literal["generated", "extractive", "refused"]
 AnswerStyle = Literal["quote", "generate", "auto"]
@@ -79,6 +81,34 @@ def cite(n: int, sentence: Sentence, support: float = 1.0) -> Citation:
     return Citation(
         n, chunk.doc_id, chunk.chunk_id, chunk.title, *span, sentence.text, support, chunk.version
     )
+
+
+def quoted(query: str, chosen: list[Sentence]) -> tuple[str, list[Citation]]:
+    """The quote answer: each chosen sentence as prose with its citation number, after its
+    heading where that completes it (shown once for the sentences under it)."""
+    lines, shown = [], ""
+    for n, sentence in enumerate(chosen, start=1):
+        heading = _heading_needed(sentence, query)
+        line = as_prose(sentence.text)
+        new_heading = heading not in ("", shown)
+        lines.append(f"{as_prose(heading)}: {line} [{n}]" if new_heading else f"{line} [{n}]")
+        shown = heading or shown
+    return " ".join(lines), [cite(n, s) for n, s in enumerate(chosen, start=1)]
+
+
+def _heading_needed(sentence: Sentence, query: str) -> str:
+    """The heading a chosen sentence stands under, when it holds words of the question or the
+    kind of answer asked that the sentence lacks: it is then part of what the sentence
+    answers ("After three months: Have a mid-probation conversation ..." for "When is the
+    mid-probation talk?"; a release's heading above its list of changes). Else ""."""
+    heading = sentence.section
+    # An FAQ's question, a dated heading quoted as itself, or the title the citation names.
+    needless = {sentence.text.lstrip("#").strip().lower(), sentence.chunk.title.strip().lower()}
+    if not heading or heading.endswith("?") or heading.lower() in needless:
+        return ""
+    adds_words = (stems(query) & stems(heading)) - stems(sentence.text)
+    adds_kind = answer_kind_match(query, heading) > answer_kind_match(query, sentence.text)
+    return heading if adds_words or adds_kind else ""
 
 
 def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:

@@ -79,6 +79,18 @@ HARDWARE = (
     "4 vCPU and 16 GB of memory and is billed at 240 GBP. Machines are patched every Sunday "
     "night and restarted in turn."
 )
+RELEASES = """# Lumen release notes
+
+## Lumen 3.2 — released 2 May 2025
+- Reports can now be exported to Excel.
+- Single sign-on works with Okta.
+
+## Lumen 3.1 — released 14 February 2025
+- The dashboard has a dark mode.
+
+## After six months
+- Have a performance review with your team lead.
+"""
 BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
 
 STAFF = AccessFilter("acme", "sue", ("staff",))
@@ -97,6 +109,7 @@ def documents(embedder, tmp_path_factory):
         ("notes.txt", NOTES, staff),
         ("depot.txt", DEPOT, staff),
         ("price-list.csv", PRICES, staff),
+        ("releases.md", RELEASES, staff),
         ("board.txt", BOARD, Acl.of(groups=["board"])),
     ):
         assert ingestor.ingest(SourceDocument(name, text.encode()), "acme", "root", acl).ok
@@ -160,8 +173,18 @@ def test_a_two_part_question_gets_both_facts_and_no_headings(answers):
     question = "Who chaired the harbour steering meeting, and what is that person's action item?"
     result = ask(answers, question)
     assert "Ingrid Solberg" in result.answer and "revised budget" in result.answer, result
-    assert "meeting notes" not in result.answer and "Action items" not in result.answer
+    assert "meeting notes" not in result.answer
     assert len(result.citations) >= 2
+    assert not {"Action items", "Decisions"} & {c.quote for c in result.citations}
+
+
+def test_a_quote_comes_after_the_heading_that_completes_it(answers):
+    # The release, or the time, is only in the heading above the line that answers.
+    result = ask(always_answering(answers), "In which release can reports be exported to Excel?")
+    assert "Lumen 3.2 — released 2 May 2025: Reports can now be exported" in result.answer
+    assert result.citations[0].quote == "- Reports can now be exported to Excel."
+    result = ask(always_answering(answers), "When do I have the performance review?")
+    assert "After six months: Have a performance review" in result.answer, result
 
 
 def test_a_follow_up_is_read_with_the_earlier_question(answers):
