@@ -28,9 +28,11 @@ from ragserve.eval.metrics import (
 )
 from ragserve.rag.answer import AnswerResult, AnswerService
 from ragserve.rag.answerability import Answerability
+from ragserve.rag.citations import Citation
 from ragserve.rag.conversation import read_turn
-from ragserve.rag.documents import AccessFilter
+from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.rerank import Generate
+from ragserve.rag.retrieval import Retriever
 from ragserve.rag.text import CITATION
 from ragserve.reports import markdown_table, run_section, summary, write_report
 
@@ -142,6 +144,10 @@ def score(
         retrieved = retriever.retrieve_turn(everything(), reading).chunks
         # The passages as the answer read them: whole sentences at the chunks' edges.
         passages = {c.chunk_id: c.text for c in retriever.whole_sentences(everything(), retrieved)}
+        # A table's superlative cites the row it compared, wherever in its document it is.
+        elsewhere = [c for c in result.citations if c.chunk_id not in passages]
+        for chunk in retriever.whole_sentences(everything(), _chunks_of(retriever, elsewhere)):
+            passages.setdefault(chunk.chunk_id, chunk.text)
         record = {
             "qid": item.qid,
             "kind": item.kind,
@@ -172,6 +178,13 @@ def score(
             record["supported"] = scores.sentences > 0 and scores.recall == 1.0
         records.append(record)
     return summarize(records)
+
+
+def _chunks_of(retriever: Retriever, citations: list[Citation]) -> list[ScoredChunk]:
+    """The chunks the citations name, from their documents."""
+    wanted = {c.chunk_id for c in citations}
+    documents = retriever.documents(everything(), [c.doc_id for c in citations])
+    return [chunk for document in documents for chunk in document if chunk.chunk_id in wanted]
 
 
 def _mean(values: list[float]) -> float:

@@ -54,6 +54,7 @@ from ragserve.rag.structured_answer import (
     evidence_numbers,
     parse_json,
 )
+from ragserve.rag.table_answer import asks_for_extreme, superlative_row
 from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,11 @@ class AnswerService:
         reranked = time.perf_counter()
         rankings = await asyncio.to_thread(self._rank, access, reading, chunks)
         ranked = rankings[0]
+        row = None
+        if schema is None and asks_for_extreme(query):
+            doc_ids = [chunk.doc_id for chunk in chunks]
+            documents = await asyncio.to_thread(self.retriever.documents, access, doc_ids)
+            row = superlative_row(query, documents)
         probability = self.answerability.probability(
             signals(query, ranked, retrieval.best_similarity)
         )
@@ -139,7 +145,11 @@ class AnswerService:
             "rerank_ms": _ms(retrieved, reranked),
             "evidence_ms": _ms(reranked, selected),
         }
-        result = self._refused(query, ranked, probability)
+        if row is not None:
+            answer, citations = quoted(query, [row])
+            result = AnswerResult(answer, "extractive", citations, answerability=probability)
+        else:
+            result = self._refused(query, ranked, probability)
         if result is None:
             chosen = self.choose(reading, rankings)
             needs_model = schema is not None or style == "generate"

@@ -201,7 +201,7 @@ def row_match(question: str, sentence: str) -> float:
     if cells is None:
         return 0.0
     asked = stems(question)
-    columns = [i for i, (label, _) in enumerate(cells) if _mostly_in(stems(label), asked)]
+    columns = [i for i, (label, _) in enumerate(cells) if mostly_in(stems(label), asked)]
     values = [i for i, (_, value) in enumerate(cells) if stems(value) & asked]
     return float(any(column != value for column in columns for value in values))
 
@@ -218,5 +218,6 @@ def row_named(question: str, sentence: str) -> float:
     return float(bool(key) and key <= stems(question))
 
 
-def _mostly_in(words: set[str], asked: set[str]) -> bool:
+def mostly_in(words: set[str], asked: set[str]) -> bool:
+    """Whether the question's words hold at least half of the words (a column's label)."""
     return bool(words) and 2 * len(words & asked) >= len(words)

@@ -10,6 +10,7 @@ sentence cut by a chunk's edge ("... using ultrasound is" / "called obstetric ul
 and ...") can be quoted whole.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ragserve.rag.conversation import Reading
@@ -101,16 +102,16 @@ class Retriever:
     def hybrid(self, access: AccessFilter, query: str, k: int | None = None) -> list[ScoredChunk]:
         return self.retrieve(access, query, k).chunks
 
+    def documents(self, access: AccessFilter, doc_ids: Iterable[str]) -> list[list[ScoredChunk]]:
+        """Every chunk the reader may read of each of the documents (each named once)."""
+        return [self.store.document_chunks(access, doc_id) for doc_id in dict.fromkeys(doc_ids)]
+
     def whole_sentences(self, access: AccessFilter, chunks: list[ScoredChunk]) -> list[ScoredChunk]:
         """The chunks, each widened to whole sentences where its edges cut one (its span and
         text still exactly the document's)."""
-        neighbours: dict[str, list[ScoredChunk]] = {}
-        widened = []
-        for chunk in chunks:
-            if chunk.doc_id not in neighbours:
-                neighbours[chunk.doc_id] = self.store.document_chunks(access, chunk.doc_id)
-            widened.append(_widened(chunk, neighbours[chunk.doc_id]))
-        return widened
+        doc_ids = [chunk.doc_id for chunk in chunks]
+        neighbours = dict(zip(dict.fromkeys(doc_ids), self.documents(access, doc_ids), strict=True))
+        return [_widened(chunk, neighbours[chunk.doc_id]) for chunk in chunks]
 
 
 def _names(chunk: ScoredChunk, words: frozenset[str]) -> bool:

@@ -235,14 +235,28 @@ def test_refusals_say_whether_anything_matched(answers):
     assert all(c.support == 0.0 for c in unstated.related)
 
 
-def test_a_reader_of_another_tenant_hears_nothing_matched(answers):
+@pytest.mark.parametrize(
+    "question", ["What is the relocation allowance?", "Which month had the most tickets?"]
+)
+def test_a_reader_of_another_tenant_hears_nothing_matched(answers, question):
     async def go():
-        return [
-            e async for e in answers.answer(STRANGER, "What is the relocation allowance?", None)
-        ]
+        return [e async for e in answers.answer(STRANGER, question, None)]
 
     (event,) = asyncio.run(go())
     assert event.result.refusal == "no_match" and event.result.related == []
+
+
+@pytest.mark.parametrize(
+    ("question", "row"),
+    [
+        ("Which month had the most tickets?", "Month: August | Tickets: 1,204 | CSAT: 4.6"),
+        ("In which month was the CSAT lowest?", "Month: July | Tickets: 980 | CSAT: 4.4"),
+    ],
+)
+def test_a_superlative_over_a_table_is_the_row_that_holds_it(answers, question, row):
+    result = ask(answers, question)
+    assert result.mode == "extractive" and result.answer == f"{row} [1]", result
+    assert result.citations[0].quote == row
 
 
 @pytest.mark.parametrize(
