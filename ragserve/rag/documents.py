@@ -201,6 +201,19 @@ class ScoredChunk:
     readers: str = ""
     # The document version the chunk belongs to (answers cite it).
     version: int = 0
+    # The heading its first line stands under in the document, when the chunk starts below
+    # one (retrieval fills it in for evidence; "" if none).
+    heading: str = ""
+
+
+def document_text(chunks: list[ScoredChunk]) -> str:
+    """A document's text from its chunks (of one version; they overlap), up to the end of the
+    last. What no chunk covers is whitespace between paragraphs (chunks end at one), so it
+    reads as a line break."""
+    text = ["\n"] * max((c.start + len(c.text) for c in chunks), default=0)
+    for chunk in chunks:
+        text[chunk.start : chunk.start + len(chunk.text)] = chunk.text
+    return "".join(text)
 
 
 # Client-chosen document ids live in their owner's namespace: "<owner>~<id>".

@@ -30,12 +30,9 @@ import numpy as np
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
+from ragserve.rag.headings import is_heading, is_whole_line
 from ragserve.rag.question import answer_kind_match, row_named
 from ragserve.rag.text import DATE, sentence_spans, stems
-
-# A line of at most this many words without a full stop, a colon or a table bar is a heading.
-HEADING_MAX_WORDS = 12
-LIST_MARKS = "-*•+ \t"
 
 
 @dataclass(frozen=True)
@@ -101,28 +98,6 @@ def _asks_again(question: str, faq_question: str) -> bool:
     return bool(words) and words <= stems(faq_question)
 
 
-def is_whole_line(text: str, start: int, end: int) -> bool:
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
-    return not text[line_start:start].strip() and not text[end:line_end].strip()
-
-
-def is_heading(line: str, title: str) -> bool:
-    """A line that names what follows rather than stating something: a Markdown heading, a
-    question, the document's title (unless it ends a sentence), or a short line without a full
-    stop, colon or table bar."""
-    plain = line.strip().lstrip(LIST_MARKS).strip()
-    if plain.startswith("#") or plain.endswith("?"):
-        return True
-    # A one-line note's first line is its title and its content: a full stop keeps it.
-    if plain[-1:] in ".!":
-        return False
-    if plain.lower() == title.strip().lower():
-        return True
-    return ":" not in plain and "|" not in plain and len(plain.split()) <= HEADING_MAX_WORDS
-
-
 class EvidenceSelector:
     def __init__(self, embedder: Embedder, settings: EvidenceSettings | None = None) -> None:
         self.embedder = embedder
@@ -133,7 +108,7 @@ class EvidenceSelector:
         seen: set[tuple[str, int]] = set()
         found = []
         for place, chunk in enumerate(chunks):
-            section = ""
+            section = chunk.heading
             for text, start, end in sentence_spans(chunk.text):
                 if is_whole_line(chunk.text, start, end) and is_heading(text, chunk.title):
                     section = text.lstrip("#").strip()

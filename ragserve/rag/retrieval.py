@@ -14,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ragserve.rag.conversation import Reading
-from ragserve.rag.documents import AccessFilter, ScoredChunk
+from ragserve.rag.documents import AccessFilter, ScoredChunk, document_text
 from ragserve.rag.embeddings import Embedder
+from ragserve.rag.headings import heading_above
 from ragserve.rag.store import Store
 from ragserve.rag.text import sentence_spans, stems
 
@@ -108,10 +109,20 @@ class Retriever:
 
     def whole_sentences(self, access: AccessFilter, chunks: list[ScoredChunk]) -> list[ScoredChunk]:
         """The chunks, each widened to whole sentences where its edges cut one (its span and
-        text still exactly the document's)."""
+        text still exactly the document's) and given the heading it starts under."""
         doc_ids = [chunk.doc_id for chunk in chunks]
         neighbours = dict(zip(dict.fromkeys(doc_ids), self.documents(access, doc_ids), strict=True))
-        return [_widened(chunk, neighbours[chunk.doc_id]) for chunk in chunks]
+        texts: dict[tuple[str, int], str] = {}
+        whole = []
+        for chunk in chunks:
+            document = neighbours[chunk.doc_id]
+            key = (chunk.doc_id, chunk.version)
+            if key not in texts:
+                texts[key] = document_text([c for c in document if c.version == chunk.version])
+            widened = _widened(chunk, document)
+            heading = heading_above(texts[key], widened.start, chunk.title)
+            whole.append(replace(widened, heading=heading))
+        return whole
 
 
 def _names(chunk: ScoredChunk, words: frozenset[str]) -> bool:

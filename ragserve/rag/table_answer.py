@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ragserve.rag.documents import ScoredChunk
+from ragserve.rag.documents import ScoredChunk, document_text
 from ragserve.rag.evidence import Sentence
 from ragserve.rag.parsers.tables import row_cells
 from ragserve.rag.question import missing_share, mostly_in
@@ -49,8 +49,10 @@ def superlative_row(question: str, documents: Sequence[list[ScoredChunk]]) -> Se
     asked = stems(question)
     found = []
     for chunks in documents:
-        title = chunks[0].title if chunks else ""
-        text, holder = _document_text(chunks)
+        version = max((c.version for c in chunks), default=0)
+        holder = [c for c in chunks if c.version == version]
+        title = holder[0].title if holder else ""
+        text = document_text(holder)
         if " | " not in text or missing_share(question, f"{title} {text}") > 0:
             continue
         for rows in _tables(text):
@@ -72,20 +74,6 @@ def superlative_row(question: str, documents: Sequence[list[ScoredChunk]]) -> Se
 
 
 Row = tuple[int, int, str, list[tuple[str, str]]]
-
-
-def _document_text(chunks: list[ScoredChunk]) -> tuple[str, list[ScoredChunk]]:
-    """The document's text from its chunks (which overlap), from its start to its last chunk's
-    end, and the chunks of that version. What no chunk covers is whitespace between
-    paragraphs (chunks end at a paragraph), so it reads as a line break."""
-    if not chunks:
-        return "", []
-    version = max(c.version for c in chunks)
-    holder = [c for c in chunks if c.version == version]
-    text = ["\n"] * max(c.start + len(c.text) for c in holder)
-    for chunk in holder:
-        text[chunk.start : chunk.start + len(chunk.text)] = chunk.text
-    return "".join(text), holder
 
 
 def _tables(text: str) -> list[list[Row]]:

@@ -50,6 +50,23 @@ def test_evidence_chunks_are_widened_to_whole_sentences_only_from_readable_text(
     store.close()
 
 
+def test_a_chunk_that_starts_below_a_heading_is_given_it(embedder, tmp_path):
+    refunds = " ".join(f"Refund rule {n} applies to orders of type {n}." for n in range(10))
+    text = f"# Shop policy\n\n## Refunds\n\n{refunds}\n\n## Delivery\n\nParcels ship on Mondays."
+    store = SqliteStore(tmp_path / "index.sqlite", embedder.dimension)
+    ingestor = Ingestor(store, embedder, chunk_size=24, chunk_overlap=4)
+    acl = Acl.of(groups=["staff"])
+    assert ingestor.ingest(SourceDocument("policy.md", text.encode()), "acme", "root", acl).ok
+    staff = AccessFilter("acme", "sue", ("staff",))
+    retriever = Retriever(store, embedder, RetrievalSettings())
+    (doc,) = store.list_documents(staff)
+    whole = retriever.whole_sentences(staff, store.document_chunks(staff, doc.doc_id))
+    inside = [c for c in whole if c.text.startswith("Refund rule") and "rule 0 " not in c.text]
+    assert inside and all(c.heading == "Refunds" for c in inside)
+    assert [c.heading for c in whole if c.text.startswith("Parcels")] in ([], ["Delivery"])
+    store.close()
+
+
 def test_a_follow_up_naming_something_new_gets_a_chunk_that_names_it(embedder, tmp_path):
     # Read with the earlier question, "And a dedicated runner?" ranks the seat's chunk first:
     # the earlier question has more words. A chunk that names the runner must come too.

@@ -1,0 +1,45 @@
+"""Headings: which lines name what follows rather than state something, and which heading a
+place in a document stands under. Evidence reads a sentence with its heading (a heading is
+never an answer), and retrieval gives a chunk the heading it starts under."""
+
+from ragserve.rag.text import sentence_spans
+
+# A line of at most this many words without a full stop, a colon or a table bar is a heading.
+HEADING_MAX_WORDS = 12
+LIST_MARKS = "-*•+ \t"
+# How far above a chunk its heading is looked for (about a page).
+HEADING_LOOKBACK_CHARS = 4000
+
+
+def is_whole_line(text: str, start: int, end: int) -> bool:
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    return not text[line_start:start].strip() and not text[end:line_end].strip()
+
+
+def is_heading(line: str, title: str) -> bool:
+    """A line that names what follows rather than stating something: a Markdown heading, a
+    question, the document's title (unless it ends a sentence), or a short line without a full
+    stop, colon or table bar."""
+    plain = line.strip().lstrip(LIST_MARKS).strip()
+    if plain.startswith("#") or plain.endswith("?"):
+        return True
+    # A one-line note's first line is its title and its content: a full stop keeps it.
+    if plain[-1:] in ".!":
+        return False
+    if plain.lower() == title.strip().lower():
+        return True
+    return ":" not in plain and "|" not in plain and len(plain.split()) <= HEADING_MAX_WORDS
+
+
+def heading_above(text: str, start: int, title: str) -> str:
+    """The heading (or FAQ question) that the text at start stands under: the last whole-line
+    heading before start's line, read as a chunk's sentences are, within
+    HEADING_LOOKBACK_CHARS; "" if none."""
+    line_start = text.rfind("\n", 0, start) + 1
+    region = text[max(0, line_start - HEADING_LOOKBACK_CHARS) : line_start]
+    for sentence, first, last in reversed(sentence_spans(region)):
+        if is_whole_line(region, first, last) and is_heading(sentence, title):
+            return sentence.lstrip("#").strip()
+    return ""
