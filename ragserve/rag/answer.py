@@ -26,6 +26,7 @@ is the third kind, answered by the API layer with an error.
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from ragserve.rag.table_answer import asks_for_extreme, superlative_row
 from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
+PREAMBLE = re.compile(r"^(?:the )?answer(?: to (?:this|the|your) question)? is:\s*", re.IGNORECASE)
 
 
 @dataclass
@@ -285,8 +287,9 @@ class AnswerService:
         probability: float,
     ) -> AnswerResult:
         logger.debug("model answer to %r: %r", query, text)
-        # A small model sometimes copies the spotlighting marks from the evidence.
-        text = text.replace(DATAMARK, " ")
+        # A small model sometimes copies the spotlighting marks from the evidence, and opens
+        # with words about its answer that state nothing ("The answer is: 20 [1].").
+        text = PREAMBLE.sub("", text.replace(DATAMARK, " ").strip())
         declined = not text.strip() or REFUSAL.lower().rstrip(".") in text.lower()
         if not declined:
             answer, citations, supported = self.checker.check(text, query, prompt.sources)
