@@ -26,7 +26,6 @@ is the third kind, answered by the API layer with an error.
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from ragserve.rag.citations import CitationChecker
 from ragserve.rag.conversation import Reading, read_turn
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
-from ragserve.rag.prompt import DATAMARK, REFUSAL, BuiltPrompt, PromptBuilder
+from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, as_answer
 from ragserve.rag.rerank import Reranker, rerank
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
 from ragserve.rag.structured_answer import (
@@ -59,7 +58,6 @@ from ragserve.rag.table_answer import asks_for_extreme, superlative_row
 from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
-PREAMBLE = re.compile(r"^(?:the )?answer(?: to (?:this|the|your) question)? is:\s*", re.IGNORECASE)
 
 
 @dataclass
@@ -287,9 +285,7 @@ class AnswerService:
         probability: float,
     ) -> AnswerResult:
         logger.debug("model answer to %r: %r", query, text)
-        # A small model sometimes copies the spotlighting marks from the evidence, and opens
-        # with words about its answer that state nothing ("The answer is: 20 [1].").
-        text = PREAMBLE.sub("", text.replace(DATAMARK, " ").strip())
+        text = as_answer(text)
         declined = not text.strip() or REFUSAL.lower().rstrip(".") in text.lower()
         if not declined:
             answer, citations, supported = self.checker.check(text, query, prompt.sources)

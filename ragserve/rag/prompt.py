@@ -10,6 +10,7 @@ finished prompt never exceeds max_model_len minus the output reserve.
 
 import bisect
 import functools
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:  # importing transformers takes a second, and a quoted answer 
 TEMPLATE_VERSION = "rag-prompt-v3"
 REFUSAL = "I could not find this in the documents you can access."
 DATAMARK = "ˆ"
+PREAMBLE = re.compile(r"^(?:the )?answer(?: to (?:this|the|your) question)? is:\s*", re.IGNORECASE)
 
 
 def system_prompt(mark: bool, schema: str | None = None) -> str:
@@ -160,3 +162,10 @@ def _narrowing(
         first_token = bisect.bisect_right(token_ends, position)
         narrowing.append((first_token, evidence_salt(source.chunk)))
     return tuple(narrowing)
+
+
+def as_answer(reply: str) -> str:
+    """The model's reply as an answer: without the spotlighting marks a small model sometimes
+    copies from the evidence, and without an opening about the answer that states nothing
+    ("The answer is: 20 [1]." is "20 [1].")."""
+    return PREAMBLE.sub("", reply.replace(DATAMARK, " ").strip())
