@@ -3,8 +3,9 @@ holds the most, found by comparing every row's number, not by how close a row re
 
 Sentence ranking cannot answer such a question: every row of the table reads about as close
 to it, and the top row may not even be among the retrieved chunks. So when a question asks
-for the most or the least of something (most, highest, fewest, lowest, ...), names a table's
-key column ("which month") and exactly one other column whose cells are all numbers
+for the most or the least of something (most, highest, fewest, lowest, ...), asks for a
+table's key column ("which month", or "when" of a column of months) and names exactly one
+other column whose cells are all numbers
 ("tickets"), the row with the largest or smallest number in that column is the answer,
 quoted and cited like any evidence sentence. Rows come from every chunk the reader may read
 of the documents retrieval found, in the version it found. The question must name nothing
@@ -19,7 +20,7 @@ from dataclasses import replace
 from ragserve.rag.documents import ScoredChunk, document_text
 from ragserve.rag.evidence import Sentence
 from ragserve.rag.parsers.tables import row_cells
-from ragserve.rag.question import missing_share, mostly_in
+from ragserve.rag.question import answer_kind_match, expected_answer, missing_share, mostly_in
 from ragserve.rag.text import stems
 
 MOST = re.compile(
@@ -56,7 +57,9 @@ def superlative_row(question: str, documents: Sequence[list[ScoredChunk]]) -> Se
         if " | " not in text or missing_share(question, f"{title} {text}") > 0:
             continue
         for rows in _tables(text):
-            found.extend((column, rows, holder, text) for column in _asked_columns(asked, rows))
+            found.extend(
+                (column, rows, holder, text) for column in _asked_columns(question, asked, rows)
+            )
     if len(found) != 1:
         return None
     column, rows, holder, text = found[0]
@@ -90,12 +93,17 @@ def _tables(text: str) -> list[list[Row]]:
     return [rows for rows in tables if len(rows) >= 2]
 
 
-def _asked_columns(asked: set[str], rows: list[Row]) -> list[str]:
+def _asked_columns(question: str, asked: set[str], rows: list[Row]) -> list[str]:
     """The table's numeric columns the question names (most words of the label, its unit
-    aside), if it also names the key column (the first cell's label: "which month"). A
-    question that names one row's key asks about that row, not the table."""
-    key = rows[0][3][0][0]
-    if not stems(key) <= asked or any(stems(cells[0][1]) <= asked for *_, cells in rows):
+    aside), if it also asks for the key column: names it ("which month") or asks for the kind
+    of answer every key is ("when" of months, "who" of names). A question that names one
+    row's key asks about that row, not the table."""
+    label, keys = rows[0][3][0][0], [cells[0][1] for *_, cells in rows]
+    asks_for_key = stems(label) <= asked or (
+        expected_answer(question) in ("time", "person")
+        and all(answer_kind_match(question, key) == 1.0 for key in keys)
+    )
+    if not asks_for_key or any(stems(key) <= asked for key in keys):
         return []
     labels = {label for *_, cells in rows for label, _ in cells[1:]}
     return [

@@ -45,6 +45,7 @@ def chunks_of(text: str, size: int = 90, overlap: int = 20, doc_id: str = "repor
         ("In which month were the fewest tickets handled?", "July"),
         ("Which month had the highest CSAT?", "September"),
         ("Which month had the longest median first response?", "August"),
+        ("When were the most tickets handled?", "August"),  # "when" asks for a month
     ],
 )
 def test_the_row_with_the_extreme_value_answers(question, month):
@@ -108,3 +109,9 @@ def test_a_column_is_named_without_its_unit():
     )
     row = superlative_row("Which country has the cheapest hotel cap?", [chunks_of(caps)])
     assert row is not None and row.text.startswith("Country: Estonia")
+
+
+def test_who_asks_for_a_key_column_of_names():
+    agents = "Agent: Kari Nygaard | Tickets closed: 310\nAgent: Lars Eide | Tickets closed: 280"
+    row = superlative_row("Who closed the most tickets?", [chunks_of(agents)])
+    assert row is not None and row.text.startswith("Agent: Kari Nygaard")
