@@ -5,12 +5,12 @@ Sentence ranking cannot answer such a question: every row of the table reads abo
 to it, and the top row may not even be among the retrieved chunks. So when a question asks
 for the most or the least of something (most, highest, fewest, lowest, ...), asks for a
 table's key column ("which month", or "when" of a column of months) and names exactly one
-other column whose cells are all numbers
-("tickets"), the row with the largest or smallest number in that column is the answer,
-quoted and cited like any evidence sentence. Rows come from every chunk the reader may read
-of the documents retrieval found, in the version it found. The question must name nothing
-the document lacks (the most tickets "in 2023" of a 2024 report is not answered), and a tie
-or a second column named leaves the question to the sentence path.
+other column whose cells are all numbers ("tickets"), the row with the largest or smallest
+number in that column is the answer, quoted and cited like any evidence sentence. Rows come
+from every chunk the reader may read of the documents retrieval found, in the version it
+found. The question must name nothing the document lacks (the most tickets "in 2023" of a
+2024 report is not answered), and a tie or a second column named leaves the question to the
+sentence path.
 """
 
 import re
@@ -98,8 +98,8 @@ def _asked_columns(question: str, asked: set[str], rows: list[Row]) -> list[str]
     aside), if it also asks for the key column: names it ("which month") or asks for the kind
     of answer every key is ("when" of months, "who" of names). A question that names one
     row's key asks about that row, not the table."""
-    label, keys = rows[0][3][0][0], [cells[0][1] for *_, cells in rows]
-    asks_for_key = stems(label) <= asked or (
+    key_label, keys = rows[0][3][0][0], [cells[0][1] for *_, cells in rows]
+    asks_for_key = stems(key_label) <= asked or (
         expected_answer(question) in ("time", "person")
         and all(answer_kind_match(question, key) == 1.0 for key in keys)
     )
