@@ -206,13 +206,15 @@ class ScoredChunk:
     heading: str = ""
 
 
-def document_text(chunks: list[ScoredChunk]) -> str:
-    """A document's text from its chunks (of one version; they overlap), up to the end of the
-    last. What no chunk covers is whitespace between paragraphs (chunks end at one), so it
-    reads as a line break."""
-    text = ["\n"] * max((c.start + len(c.text) for c in chunks), default=0)
+def document_text(chunks: list[ScoredChunk], start: int = 0) -> str:
+    """A document's text from its chunks (of one version; they overlap), from start to the end
+    of the last. What no chunk covers is whitespace between paragraphs (chunks end at one), so
+    it reads as a line break."""
+    text = ["\n"] * max((c.start + len(c.text) - start for c in chunks), default=0)
     for chunk in chunks:
-        text[chunk.start : chunk.start + len(chunk.text)] = chunk.text
+        skip = max(0, start - chunk.start)
+        at = chunk.start + skip - start
+        text[at : at + len(chunk.text) - skip] = chunk.text[skip:]
     return "".join(text)
 
 

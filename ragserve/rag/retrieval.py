@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from ragserve.rag.conversation import Reading
 from ragserve.rag.documents import AccessFilter, ScoredChunk, document_text
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.headings import heading_above
+from ragserve.rag.headings import HEADING_LOOKBACK_CHARS, heading_above
 from ragserve.rag.store import Store
 from ragserve.rag.text import sentence_spans, stems
 
@@ -112,17 +112,24 @@ class Retriever:
         text still exactly the document's) and given the heading it starts under."""
         doc_ids = [chunk.doc_id for chunk in chunks]
         neighbours = dict(zip(dict.fromkeys(doc_ids), self.documents(access, doc_ids), strict=True))
-        texts: dict[tuple[str, int], str] = {}
         whole = []
         for chunk in chunks:
             document = neighbours[chunk.doc_id]
-            key = (chunk.doc_id, chunk.version)
-            if key not in texts:
-                texts[key] = document_text([c for c in document if c.version == chunk.version])
             widened = _widened(chunk, document)
-            heading = heading_above(texts[key], widened.start, chunk.title)
-            whole.append(replace(widened, heading=heading))
+            whole.append(replace(widened, heading=_heading(widened, document)))
         return whole
+
+
+def _heading(chunk: ScoredChunk, document: list[ScoredChunk]) -> str:
+    """The heading the chunk starts under, from the text of its document within the heading
+    look-back above it (not the whole document: documents may be long)."""
+    start = max(0, chunk.start - HEADING_LOOKBACK_CHARS)
+    above = [
+        other
+        for other in document
+        if other.version == chunk.version and other.start < chunk.start and other.end > start
+    ]
+    return heading_above(document_text(above, start), chunk.start - start, chunk.title)
 
 
 def _names(chunk: ScoredChunk, words: frozenset[str]) -> bool:
