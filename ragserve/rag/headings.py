@@ -7,8 +7,6 @@ from ragserve.rag.text import sentence_spans
 # A line of at most this many words without a full stop, a colon or a table bar is a heading.
 HEADING_MAX_WORDS = 12
 LIST_MARKS = "-*•+ \t"
-# How far above a chunk its heading is looked for (about a page).
-HEADING_LOOKBACK_CHARS = 4000
 
 
 def is_whole_line(text: str, start: int, end: int) -> bool:
@@ -35,10 +33,8 @@ def is_heading(line: str, title: str) -> bool:
 
 def heading_above(text: str, start: int, title: str) -> str:
     """The heading (or FAQ question) that the text at start stands under: the last whole-line
-    heading before start's line, read as a chunk's sentences are, within
-    HEADING_LOOKBACK_CHARS; "" if none."""
-    line_start = text.rfind("\n", 0, start) + 1
-    region = text[max(0, line_start - HEADING_LOOKBACK_CHARS) : line_start]
+    heading before start's line, read as a chunk's sentences are; "" if none."""
+    region = text[: text.rfind("\n", 0, start) + 1]
     for sentence, first, last in reversed(sentence_spans(region)):
         if is_whole_line(region, first, last) and is_heading(sentence, title):
             return sentence.lstrip("#").strip()

@@ -16,13 +16,15 @@ from dataclasses import dataclass, replace
 from ragserve.rag.conversation import Reading
 from ragserve.rag.documents import AccessFilter, ScoredChunk, document_text
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.headings import HEADING_LOOKBACK_CHARS, heading_above
+from ragserve.rag.headings import heading_above
 from ragserve.rag.store import Store
 from ragserve.rag.text import sentence_spans, stems
 
 RRF_K = 60
 # How far past a chunk's edge a cut sentence is completed, in characters.
 WIDEN_CHARS = 400
+# How far above a chunk its heading is looked for (about a page).
+HEADING_LOOKBACK_CHARS = 4000
 
 
 @dataclass
