@@ -1,6 +1,6 @@
-"""What the dev sets' build scripts share: a question-and-answer FAQ written as a Word file,
-and zip archives (docx, xlsx) whose entries carry a fixed time, so that a rebuild gives the
-same bytes as the committed file."""
+"""What the dev sets' build scripts share: a PDF started with fixed metadata and its title, a
+question-and-answer FAQ written as a Word file, and zip archives (docx, xlsx) whose entries
+carry a fixed time, so that a rebuild gives the same bytes as the committed file."""
 
 import io
 import zipfile
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docx
 from docx.shared import Pt
+from fpdf import FPDF
 
 # (heading, [(question, answer), ...]); a None question marks the table's place.
 FaqSections = Sequence[tuple[str, Sequence[tuple[str | None, str]]]]
@@ -70,3 +71,19 @@ def fixed_zip_times(data: bytes, written: datetime) -> bytes:
             entry.compress_type = zipfile.ZIP_DEFLATED
             target.writestr(entry, source.read(info))
     return out.getvalue()
+
+
+def titled_pdf(title: str, author: str, written: datetime) -> FPDF:
+    """A PDF with fixed metadata (so a rebuild gives the same bytes) and its first page
+    opened by the title in bold, the font left for the body to set."""
+    pdf = FPDF()
+    pdf.set_creation_date(written)
+    pdf.set_title(title)
+    pdf.set_author(author)
+    pdf.set_creator("build_documents.py")
+    pdf.set_producer("fpdf2")
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 16)
+    pdf.multi_cell(0, 10, title, new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(2)
+    return pdf

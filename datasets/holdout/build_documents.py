@@ -15,12 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import openpyxl
-from fpdf import FPDF
 from openpyxl.styles import Font
 from openpyxl.writer.excel import ExcelWriter
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from office_files import faq_docx, fixed_zip_times
+from office_files import faq_docx, fixed_zip_times, titled_pdf
 
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2025, 3, 10, 9, 0, 0, tzinfo=UTC)
@@ -377,16 +376,7 @@ NOTES_ROWS = [
 
 
 def build_pdf(path: Path) -> None:
-    pdf = FPDF()
-    pdf.set_creation_date(WRITTEN)
-    pdf.set_title(SLA_TITLE)
-    pdf.set_author(COMPANY)
-    pdf.set_creator("build_documents.py")
-    pdf.set_producer("fpdf2")
-    pdf.add_page()
-    pdf.set_font("Helvetica", "B", 16)
-    pdf.multi_cell(0, 10, SLA_TITLE, new_x="LMARGIN", new_y="NEXT")
-    pdf.ln(2)
+    pdf = titled_pdf(SLA_TITLE, COMPANY, WRITTEN)
     for heading, paragraphs in SLA_SECTIONS:
         if heading:
             pdf.set_font("Helvetica", "B", 12)

@@ -11,10 +11,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fpdf import FPDF
-
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from office_files import faq_docx
+from office_files import faq_docx, titled_pdf
 
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2024, 10, 1, 9, 0, 0, tzinfo=UTC)
@@ -206,16 +204,7 @@ def build_docx(path: Path) -> None:
 
 
 def build_pdf(path: Path) -> None:
-    pdf = FPDF()
-    pdf.set_creation_date(WRITTEN)
-    pdf.set_title(REPORT_TITLE)
-    pdf.set_author("Skarvik Instruments AS, Customer Support")
-    pdf.set_creator("build_documents.py")
-    pdf.set_producer("fpdf2")
-    pdf.add_page()
-    pdf.set_font("Helvetica", "B", 16)
-    pdf.multi_cell(0, 10, REPORT_TITLE, new_x="LMARGIN", new_y="NEXT")
-    pdf.ln(2)
+    pdf = titled_pdf(REPORT_TITLE, "Skarvik Instruments AS, Customer Support", WRITTEN)
     pdf.set_font("Helvetica", size=11)
     for paragraph in REPORT_PARAGRAPHS:
         pdf.multi_cell(0, 6, paragraph, new_x="LMARGIN", new_y="NEXT")

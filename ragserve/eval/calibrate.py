@@ -63,7 +63,8 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
         measured = signals(reading.query, ranked, retrieval.best_similarity)
         rows.append(
             {
-                "set": context.dataset_path.name,
+                # The folder too: two sets may both be called questions.jsonl.
+                "set": f"{context.dataset_path.parent.name}/{context.dataset_path.name}",
                 "qid": item.qid,
                 "answerable": int(item.answerable),
                 **measured,

@@ -1,4 +1,4 @@
-"""The workplace and held-out dev sets: their documents load as a folder corpus through the
+"""The workplace, everyday and held-out sets: their documents load as a folder corpus through the
 product's parsers, their questions validate, and every alias of an answerable question is in
 its gold document."""
 
@@ -30,6 +30,21 @@ SETS = {
         ("travel-expenses-faq.docx", "Travel and Expenses FAQ"),
         {"single": 45, "multi": 10, "table": 8, "followup": 10},
         25,
+    ),
+    "everyday": (
+        {
+            "board-game-rules.txt",
+            "course-syllabus.html",
+            "e-bike-manual.docx",
+            "lease-agreement.txt",
+            "medicine-leaflet.pdf",
+            "recipes.md",
+            "spare-parts.csv",
+            "waste-collection.html",
+        },
+        ("e-bike-manual.docx", "Veloxa City e-bike: owner's manual"),
+        {"single": 50, "multi": 5, "table": 6, "followup": 5},
+        20,
     ),
     "holdout": (
         {
