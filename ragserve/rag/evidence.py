@@ -23,6 +23,7 @@ figures). The best few become the prompt's numbered sources, each keeping its ch
 in its document. Chunks overlap, so a sentence seen twice counts once.
 """
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -32,7 +33,10 @@ from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.headings import is_heading, is_whole_line
 from ragserve.rag.question import answer_kind_match, row_named
-from ragserve.rag.text import DATE, sentence_spans, stems
+from ragserve.rag.text import DATE, NUMBER, sentence_spans, stems
+
+# A word of three letters or more: with a number, a short line still states something.
+SHORT_WORD = re.compile(r"[^\W\d_]{3}")
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ class EvidenceSettings:
     row_weight: float = 0.2
     # Subtracted per place of the sentence's chunk in the retrieval ranking.
     rank_weight: float = 0.05
-    # Sentences shorter than this many characters (list stubs) are not evidence.
+    # Sentences shorter than this many characters (list stubs) are not evidence, unless they
+    # pair a word with a number ("Serves 4.").
     min_chars: int = 12
 
 
@@ -116,13 +121,17 @@ class EvidenceSelector:
                     if not DATE.search(section):
                         continue
                 key = (chunk.doc_id, chunk.start + start)
-                if len(text) < self.settings.min_chars or key in seen:
+                if key in seen or self._stub(text):
                     continue
                 seen.add(key)
                 found.append(
                     Candidate(place, chunk, text, chunk.start + start, chunk.start + end, section)
                 )
         return found
+
+    def _stub(self, text: str) -> bool:
+        short = len(text) < self.settings.min_chars
+        return short and not (NUMBER.search(text) and SHORT_WORD.search(text))
 
     def rank(self, question: str, chunks: list[ScoredChunk]) -> list[Sentence]:
         """Every candidate sentence, best first."""

@@ -2,11 +2,15 @@
 place in a document stands under. Evidence reads a sentence with its heading (a heading is
 never an answer), and retrieval gives a chunk the heading it starts under."""
 
+import re
+
 from ragserve.rag.text import sentence_spans
 
 # A line of at most this many words without a full stop, a colon or a table bar is a heading.
 HEADING_MAX_WORDS = 12
 LIST_MARKS = "-*•+ \t"
+# A bulleted line ("- 50 g fresh yeast", "• Laptop and charger") is a list's item.
+LIST_ITEM = re.compile(r"^\s*[-*•+]\s")
 
 
 def is_whole_line(text: str, start: int, end: int) -> bool:
@@ -19,10 +23,13 @@ def is_whole_line(text: str, start: int, end: int) -> bool:
 def is_heading(line: str, title: str) -> bool:
     """A line that names what follows rather than stating something: a Markdown heading, a
     question, the document's title (unless it ends a sentence), or a short line without a full
-    stop, colon or table bar."""
+    stop, colon or table bar that is no list item (an ingredient, a checklist's step: items
+    state what the list holds, and seldom end with a full stop)."""
     plain = line.strip().lstrip(LIST_MARKS).strip()
     if plain.startswith("#") or plain.endswith("?"):
         return True
+    if LIST_ITEM.match(line):
+        return False
     # A one-line note's first line is its title and its content: a full stop keeps it.
     if plain[-1:] in ".!":
         return False

@@ -180,7 +180,8 @@ def specific_terms(question: str) -> set[str]:
 
 def missing_share(question: str, evidence: str) -> float:
     """Share of the question's specific terms that the evidence text lacks (0 when it has
-    none). An acronym is also found spelled out ("UK": "United Kingdom")."""
+    none). An acronym is also found spelled out ("UK": "United Kingdom"), and a plural in the
+    singular ("on Saturdays": "Saturday 09:00-15:00")."""
     wanted = specific_terms(question)
     if not wanted:
         return 0.0
@@ -189,7 +190,18 @@ def missing_share(question: str, evidence: str) -> float:
         "".join(word[0] for word in re.split(r"[ -]", phrase)).lower()
         for phrase in NAME_PHRASE.findall(evidence)
     }
-    return sum(term not in text and term not in spelled for term in wanted) / len(wanted)
+    return sum(
+        term not in text and term not in spelled and not _singular_in(term, text) for term in wanted
+    ) / len(wanted)
+
+
+def _singular_in(term: str, text: str) -> bool:
+    """Whether the text holds a plural or possessive term without its s, as a whole word
+    ("Saturdays" as "Saturday", "Dolorex's" as "Dolorex"; "Paris" is not "pari")."""
+    if len(term) <= 3 or term[-1] != "s" or term[-2].isdigit():
+        return False
+    singular = term.removesuffix("'s").removesuffix("s")
+    return re.search(rf"(?<!\w){re.escape(singular)}(?!\w)", text) is not None
 
 
 def row_match(question: str, sentence: str) -> float:

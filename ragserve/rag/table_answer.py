@@ -95,11 +95,12 @@ def _tables(text: str) -> list[list[Row]]:
 
 def _asked_columns(question: str, asked: set[str], rows: list[Row]) -> list[str]:
     """The table's numeric columns the question names (most words of the label, its unit
-    aside), if it also asks for the key column: names it ("which month") or asks for the kind
+    aside), if it also asks for the key column: names most of its label ("which month",
+    "which part" of "Part number") or asks for the kind
     of answer every key is ("when" of months, "who" of names). A question that names one
     row's key asks about that row, not the table."""
     key_label, keys = rows[0][3][0][0], [cells[0][1] for *_, cells in rows]
-    asks_for_key = stems(key_label) <= asked or (
+    asks_for_key = mostly_in(stems(key_label), asked) or (
         expected_answer(question) in ("time", "person")
         and all(answer_kind_match(question, key) == 1.0 for key in keys)
     )

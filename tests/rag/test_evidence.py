@@ -81,3 +81,15 @@ def test_an_faq_question_asked_again_lends_its_answer_its_closeness(embedder):
     answer = next(s for s in other if s.text.startswith("The daily meal allowance"))
     alone = selector.embedder.embed(["What is the per diem for travel to Russia?", answer.text])
     assert answer.similarity == pytest.approx(float(alone[0] @ alone[1]), abs=1e-5)
+
+
+def test_list_items_and_short_lines_with_a_number_are_evidence(embedder):
+    text = (
+        "## Fish soup\n\nServes 4.\n\n### Ingredients\n\n- 600 g cod fillet\n- 2 dl cream\n\n1.\n"
+    )
+    ranked = EvidenceSelector(embedder).rank("How much cream goes into the soup?", [document(text)])
+    texts = [s.text for s in ranked]
+    assert ranked[0].text == "- 2 dl cream" and ranked[0].section == "Ingredients"
+    assert "Serves 4." in texts
+    # A heading is a section, and a bare list number states nothing.
+    assert not {"## Fish soup", "### Ingredients", "1."} & set(texts)

@@ -40,6 +40,8 @@ def make_docx() -> bytes:
     document.add_paragraph("Economy class is required for flights under six hours.")
     document.add_heading("Meals", level=2)
     document.add_paragraph("Meals are reimbursed up to 50 euros a day.")
+    document.add_paragraph("Breakfast", style="List Bullet")
+    document.add_paragraph("Keep the receipts", style="List Number")
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
@@ -114,6 +116,8 @@ def test_pdf_and_docx():
     doc = parse_bytes(make_docx(), "policy.docx")
     assert doc.title == "Travel Policy"
     assert "50 euros" in doc.text
+    # List items are marked as in Markdown, so that none reads as a heading.
+    assert doc.text.endswith("- Breakfast\n\n- Keep the receipts")
     assert [doc.text[b.start : b.end] for b in doc.blocks if b.heading] == [
         "Travel Policy",
         "Meals",

@@ -151,3 +151,10 @@ def test_a_row_matches_when_the_question_names_its_entity_and_column(question, s
 )
 def test_a_row_is_named_when_the_question_names_its_key(sentence, expected):
     assert row_named("What does the Business plan cost per month?", sentence) == expected
+
+
+def test_a_plural_term_is_found_in_the_singular_as_a_word():
+    question = "When is the recycling station open on Saturdays?"
+    assert missing_share(question, "It is open Saturday 09:00-15:00.") == 0.0
+    assert missing_share(question, "It is open Monday to Thursday.") == 1.0
+    assert missing_share("How much is a hotel in Paris?", "Comparing hotels.") == 1.0

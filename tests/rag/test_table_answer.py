@@ -115,3 +115,12 @@ def test_who_asks_for_a_key_column_of_names():
     agents = "Agent: Kari Nygaard | Tickets closed: 310\nAgent: Lars Eide | Tickets closed: 280"
     row = superlative_row("Who closed the most tickets?", [chunks_of(agents)])
     assert row is not None and row.text.startswith("Agent: Kari Nygaard")
+
+
+def test_a_key_column_is_asked_for_by_most_of_its_label():
+    parts = (
+        "Part number: HX-100 | Description: Pump impeller | Stock: 14\n"
+        "Part number: HX-315 | Description: Motor bearing | Stock: 120"
+    )
+    row = superlative_row("Which part has the most stock?", [chunks_of(parts)])
+    assert row is not None and row.text.startswith("Part number: HX-315")

@@ -1,4 +1,5 @@
-"""Word documents (docx): paragraphs, headings and tables in document order, by python-docx.
+"""Word documents (docx): paragraphs, headings, list items ("- " before each, as in
+Markdown) and tables in document order, by python-docx.
 
 A docx is a zip, re-packed under a size limit before python-docx reads it (zipped.py). A
 table's first row is its header.
@@ -63,6 +64,10 @@ def parse_docx(data: bytes, name: str) -> ParsedDocument:
             continue
         style = (item.style.name or "") if item.style is not None else ""
         heading = style.startswith("Heading") or style == "Title"
+        properties = item._p.pPr
+        if style.startswith("List") or (properties is not None and properties.numPr is not None):
+            # Marked as Markdown and HTML lists are, so that no item reads as a heading.
+            content = f"- {content}"
         if heading and not title:
             title = content
         blocks.append(Block(offset, offset + len(content), heading))
