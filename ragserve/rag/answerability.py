@@ -1,9 +1,9 @@
 """Answerability: how likely the selected evidence answers the question, as a probability.
 
 A logistic model over signals measured on the evidence, fitted by `ragserve eval calibrate`
-with cross-validation on the development sets only (Wikipedia questions and the workplace
-documents' questions together, so that it holds on more than one kind of text), and shipped as
-a versioned file
+with cross-validation on the development sets only (Wikipedia questions, the workplace
+documents' and the everyday documents' together, so that it holds on more than one kind of
+text and of asking), and shipped as a versioned file
 (answerability.json beside this module). Two thresholds on its probability make the
 decisions: under `refuse_below` the question is refused without a model call; at or over
 `quote_above`, an answer that fails the citation check falls back to quoting the evidence.
