@@ -81,6 +81,8 @@ ROLE = re.compile(
 # Currency and unit codes in capitals are not roles.
 UNITS = frozenset(name.upper() for name in UNIT_NAMES)
 QUESTION_WORD = re.compile(r"\b(who|whom|whose|what|when|where|which|why|how)\b", re.IGNORECASE)
+# A question word that only hands the question on to what was asked before.
+HANDS_ON = re.compile(r"(?:what|how) about\b|what if\b", re.IGNORECASE)
 CLAUSE_WORDS = frozenset({"who", "whom", "whose", "when"})
 # Names (a capital inside a sentence), codes with digits, numbers and acronyms.
 SPECIFIC = re.compile(
@@ -116,8 +118,11 @@ def expected_answer(question: str) -> Expected | None:
     earliest phrase of a kind in the question, the shorter of two that start together ("What
     was the date of the price change?" asks for a date, not a price). A bare "who" or "when"
     after another question word opens a clause ("Which app do I use when signing in?" asks for
-    an app). A query of several questions (a follow-up read before the earlier ones,
-    conversation.py) asks for what its first question that says asks for."""
+    an app). A query of several questions (a follow-up or a question's second part read before
+    the earlier ones, conversation.py) asks for what its first question that says asks for,
+    unless that one asks with a question word of its own: "which bin does it go in?" read
+    before "How often is paper collected?" asks for a bin, not a number, while "How about
+    September?" asks again what was asked before."""
     for part in question.split("?"):
         first = QUESTION_WORD.search(part)
         lead = first.start() if first else 0
@@ -130,6 +135,8 @@ def expected_answer(question: str) -> Expected | None:
                 break
         if found:
             return min(found)[2]
+        if first and not HANDS_ON.match(part, first.start()):
+            return None
     return None
 
 

@@ -67,6 +67,11 @@ def test_a_question_is_split_where_it_asks_a_second_thing(question, parts):
         ("What was the date of the price change?", "time"),
         ("Which employees can't get paid for overtime?", None),
         ("What counts as downtime?", None),
+        # A second part or a follow-up read before the earlier question: its own question
+        # word says what it asks for; one that only hands on ("How about ...?") does not.
+        ("which bin does it go in? How often is paper collected?", None),
+        ("How about September? How many tickets were there in July?", "quantity"),
+        ("And in May? Who chaired the meeting in April?", "person"),
     ],
 )
 def test_the_expected_kind_is_the_question_words_not_a_clause(question, kind):
