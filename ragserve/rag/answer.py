@@ -45,6 +45,7 @@ from ragserve.rag.citations import CitationChecker
 from ragserve.rag.conversation import Reading, read_turn
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
+from ragserve.rag.list_answer import whole_list
 from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, as_answer
 from ragserve.rag.rerank import Reranker, rerank
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
@@ -189,12 +190,12 @@ class AnswerService:
 
     def choose(self, reading: Reading, rankings: list[list[Sentence]]) -> list[Sentence]:
         """The answer's sentences, from the evidence ranked for each of reading.questions (in
-        that order): the best sentence for each part of the question, or the best one; then a
-        close second, and any near the best that covers words of the query the chosen ones
-        leave open. When a follow-up's best sentence is also the earlier question's best, it
-        may hold both answers or only the earlier one, so the best sentence for the
-        follow-up's own words comes too; when they are too few to rank by, the next best of
-        those that name all the words the follow-up adds (or the next best)."""
+        that order): the best for each part of the question, or the best one; then a close
+        second, and any near the best that covers words of the query the chosen ones leave
+        open. When a follow-up's best sentence is also the earlier question's best, the best
+        for the follow-up's own words comes too (too few to rank by: the next best of those
+        that name all the words it adds, or the next best). An item of a list that the
+        question names by its heading brings the list (list_answer.py)."""
         settings = self.settings
         ranked, parts = rankings[0], rankings[1 : 1 + len(reading.parts)]
         best = ranked[0]
@@ -218,6 +219,8 @@ class AnswerService:
             if behind <= settings.quote_margin or (adds and behind <= settings.cover_margin):
                 chosen.append(sentence)
                 covered |= adds
+        if settings.answer_sentences > 1:
+            return whole_list(reading.query, chosen, ranked)
         return chosen
 
     async def _generated(

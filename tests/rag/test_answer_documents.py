@@ -91,6 +91,21 @@ RELEASES = """# Lumen release notes
 ## After six months
 - Have a performance review with your team lead.
 """
+RECIPE = """# Fish soup
+
+Serves 4. The soup must not boil once the fish is in.
+
+## Ingredients
+
+- 600 g cod fillet
+- 1 litre fish stock
+- 2 dl cream
+
+## Method
+
+1. Simmer the stock for 5 minutes.
+2. Add the fish and poach it for 4 minutes.
+"""
 BOARD = "The board approved a retention bonus of 9,000 NOK for the harbour project managers."
 
 STAFF = AccessFilter("acme", "sue", ("staff",))
@@ -110,6 +125,7 @@ def documents(embedder, tmp_path_factory):
         ("depot.txt", DEPOT, staff),
         ("price-list.csv", PRICES, staff),
         ("releases.md", RELEASES, staff),
+        ("recipe.md", RECIPE, staff),
         ("board.txt", BOARD, Acl.of(groups=["board"])),
     ):
         assert ingestor.ingest(SourceDocument(name, text.encode()), "acme", "root", acl).ok
@@ -336,3 +352,13 @@ def test_a_follow_up_naming_something_new_gets_a_sentence_that_names_it(
     result = ask(service, "And a dedicated runner?", history=history)
     assert "12 GBP" in result.answer and "billed at 240 GBP" in result.answer, result
     store.close()
+
+
+def test_a_list_named_by_its_heading_is_quoted_whole(answers):
+    result = ask(answers, "What ingredients go into the fish soup?")
+    assert [c.quote for c in result.citations] == [
+        "- 600 g cod fillet",
+        "- 1 litre fish stock",
+        "- 2 dl cream",
+    ]
+    assert result.answer.startswith("Ingredients: 600 g cod fillet [1] 1 litre fish stock [2]")
