@@ -5,16 +5,16 @@ question (+ the user's earlier questions: conversation.py rewrites a follow-up i
 standalone query) -> retrieve permitted chunks -> (rerank) -> rank the sentences of those
 chunks (evidence.py, so only permitted text is a candidate) -> answerability
 (answerability.py): refuse at once when the evidence is unlikely to hold an answer -> choose
-the answer's sentences: the best for each part of a two-part question, or the best one, a
-close second, and those that cover parts of the question the chosen ones leave open; for a
-follow-up, more than the earlier turn's answer -> by style:
-"quote" quotes them exactly with their citations and spans, no model call; "generate" asks
-the model to state the answer from them as numbered sources and checks every sentence of its
-reply against the sentence it cites (citations.py: numbers with their units, names and
-negations must be the source's), quoting the chosen sentences instead when the reply fails
-(or the model declines); "auto" quotes when one sentence states the answer and generates when
-the chosen sentences must be combined. With a client's JSON schema the model's output is held
-to it and checked value by value instead (structured_answer.py), without the quote fallback.
+the answer's sentences (answer_choice.py): the best for each part of a two-part question, or
+the best one, a close second, and those that cover parts of the question the chosen ones leave
+open; for a follow-up, more than the earlier turn's answer -> by style: "quote" quotes them
+exactly with their citations and spans, no model call; "generate" asks the model to state the
+answer from them as numbered sources and checks every sentence of its reply against the
+sentence it cites (citations.py: numbers with their units, names and negations must be the
+source's), quoting the chosen sentences instead when the reply fails (or the model declines);
+"auto" quotes when one sentence states the answer and generates when the chosen sentences must
+be combined. With a client's JSON schema the model's output is held to it and checked value by
+value instead (structured_answer.py), without the quote fallback.
 
 A refusal says which of two things happened: no permitted passage shares a word with the
 question ("no_match"), or passages matched but answerability judged that none states the
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ragserve.engine.client import Generate
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
+from ragserve.rag.answer_choice import choose
 from ragserve.rag.answer_result import (
     AnswerEvent,
     AnswerResult,
@@ -45,7 +46,6 @@ from ragserve.rag.citations import CitationChecker
 from ragserve.rag.conversation import Reading, read_turn
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
-from ragserve.rag.list_answer import whole_list
 from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, as_answer
 from ragserve.rag.rerank import Reranker, rerank
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
@@ -56,7 +56,6 @@ from ragserve.rag.structured_answer import (
     parse_json,
 )
 from ragserve.rag.table_answer import asks_for_extreme, superlative_row
-from ragserve.rag.text import stems
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +151,7 @@ class AnswerService:
         else:
             result = self._refused(query, ranked, probability)
         if result is None:
-            chosen = self.choose(reading, rankings)
+            chosen = choose(reading, rankings, self.settings)
             needs_model = schema is not None or style == "generate"
             needs_model = needs_model or (style == "auto" and len(chosen) > 1)
             if not needs_model:
@@ -187,41 +186,6 @@ class AnswerService:
         if probability < self.answerability.refuse_below:
             return refusal("not_stated", probability, ranked)
         return None
-
-    def choose(self, reading: Reading, rankings: list[list[Sentence]]) -> list[Sentence]:
-        """The answer's sentences, from the evidence ranked for each of reading.questions (in
-        that order): the best for each part of the question, or the best one; then a close
-        second, and any near the best that covers words of the query the chosen ones leave
-        open. When a follow-up's best sentence is also the earlier question's best, the best
-        for the follow-up's own words comes too (too few to rank by: the next best of those
-        that name all the words it adds, or the next best). An item of a list that the
-        question names by its heading brings the list (list_answer.py)."""
-        settings = self.settings
-        ranked, parts = rankings[0], rankings[1 : 1 + len(reading.parts)]
-        best = ranked[0]
-        if reading.earlier and rankings[-1] and _key(rankings[-1][0]) == _key(best):
-            parts = [ranked, rankings[-2] if reading.own else _naming(ranked, reading.new_words)]
-        chosen: list[Sentence] = []
-        for ranking in parts:
-            picked = next((s for s in ranking if _key(s) not in map(_key, chosen)), None)
-            if picked is not None and len(chosen) < settings.answer_sentences:
-                chosen.append(picked)
-        chosen = chosen or [best]
-        asked = stems(reading.query)
-        covered = set().union(*(asked & stems(s.context) for s in chosen))
-        for sentence in ranked:
-            if len(chosen) >= settings.answer_sentences:
-                break
-            if _key(sentence) in map(_key, chosen):
-                continue
-            behind = best.score - sentence.score
-            adds = (asked & stems(sentence.context)) - covered
-            if behind <= settings.quote_margin or (adds and behind <= settings.cover_margin):
-                chosen.append(sentence)
-                covered |= adds
-        if settings.answer_sentences > 1:
-            return whole_list(reading.query, chosen, ranked)
-        return chosen
 
     async def _generated(
         self,
@@ -334,16 +298,6 @@ class AnswerService:
             return refusal("not_stated", probability, ranked)
         answer, citations = quoted(query, chosen)
         return AnswerResult(answer, "extractive", citations, answerability=probability)
-
-
-def _naming(ranked: list[Sentence], words: frozenset[str]) -> list[Sentence]:
-    """The sentences after the best, those whose context holds all the words first (some of
-    them alone may be anywhere: "once" of "And once it's over?")."""
-    return sorted(ranked[1:], key=lambda s: not words <= stems(s.context))
-
-
-def _key(sentence: Sentence) -> tuple[str, int]:
-    return sentence.chunk.doc_id, sentence.start
 
 
 def _ms(start: float, end: float) -> float:
