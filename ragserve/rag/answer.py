@@ -12,9 +12,9 @@ exactly with their citations and spans, no model call; "generate" asks the model
 answer from them as numbered sources and checks every sentence of its reply against the
 sentence it cites (citations.py: numbers with their units, names and negations must be the
 source's), quoting the chosen sentences instead when the reply fails (or the model declines);
-"auto" quotes when one sentence states the answer and generates when the chosen sentences must
-be combined. With a client's JSON schema the model's output is held to it and checked value by
-value instead (structured_answer.py), without the quote fallback.
+"auto" quotes when one sentence (or one list) states the answer and generates when the chosen
+sentences must be combined. With a client's JSON schema the model's output is held to it and
+checked value by value instead (structured_answer.py), without the quote fallback.
 
 A refusal says which of two things happened: no permitted passage shares a word with the
 question ("no_match"), or passages matched but answerability judged that none states the
@@ -46,6 +46,7 @@ from ragserve.rag.citations import CitationChecker
 from ragserve.rag.conversation import Reading, read_turn
 from ragserve.rag.documents import AccessFilter, ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, Sentence
+from ragserve.rag.list_answer import is_list
 from ragserve.rag.prompt import REFUSAL, BuiltPrompt, PromptBuilder, as_answer
 from ragserve.rag.rerank import Reranker, rerank
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
@@ -153,7 +154,8 @@ class AnswerService:
         if result is None:
             chosen = choose(reading, rankings, self.settings)
             needs_model = schema is not None or style == "generate"
-            needs_model = needs_model or (style == "auto" and len(chosen) > 1)
+            combine = len(chosen) > 1 and not is_list(chosen)
+            needs_model = needs_model or (style == "auto" and combine)
             if not needs_model:
                 result = self._quote(query, chosen, ranked, probability)
             else:

@@ -35,6 +35,17 @@ def whole_list(query: str, chosen: list[Sentence], ranked: list[Sentence]) -> li
     return chosen
 
 
+def is_list(sentences: list[Sentence]) -> bool:
+    """Whether the sentences are items of one list (a list answer): quoted as they stand, since
+    each states a part of the answer and none needs combining with another."""
+    return len(sentences) > 1 and all(
+        LIST_ITEM.match(s.text)
+        and s.chunk.doc_id == sentences[0].chunk.doc_id
+        and s.section == sentences[0].section
+        for s in sentences
+    )
+
+
 def _run(item: Sentence, ranked: list[Sentence]) -> list[Sentence]:
     """The items next to one another around item, in document order."""
     siblings = sorted(

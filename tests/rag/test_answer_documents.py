@@ -362,3 +362,8 @@ def test_a_list_named_by_its_heading_is_quoted_whole(answers):
         "- 2 dl cream",
     ]
     assert result.answer.startswith("Ingredients: 600 g cod fillet [1] 1 litre fish stock [2]")
+    # auto quotes a list too: its items need no combining.
+    prompts: list[str] = []
+    generate = replying("x", prompts, answers.builder.tokenizer)
+    automatic = ask(answers, "What ingredients go into the fish soup?", generate, style="auto")
+    assert prompts == [] and automatic.answer == result.answer
