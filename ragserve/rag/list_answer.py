@@ -38,26 +38,21 @@ def whole_list(query: str, chosen: list[Sentence], ranked: list[Sentence]) -> li
 def is_list(sentences: list[Sentence]) -> bool:
     """Whether the sentences are items of one list (a list answer): quoted as they stand, since
     each states a part of the answer and none needs combining with another."""
-    return len(sentences) > 1 and all(
-        LIST_ITEM.match(s.text)
-        and s.chunk.doc_id == sentences[0].chunk.doc_id
-        and s.section == sentences[0].section
-        for s in sentences
+    return len(sentences) > 1 and all(_item_beside(sentences[0], s) for s in sentences)
+
+
+def _item_beside(item: Sentence, other: Sentence) -> bool:
+    """Whether other is a list item under the same heading of item's document."""
+    return (
+        LIST_ITEM.match(other.text) is not None
+        and other.chunk.doc_id == item.chunk.doc_id
+        and other.section == item.section
     )
 
 
 def _run(item: Sentence, ranked: list[Sentence]) -> list[Sentence]:
     """The items next to one another around item, in document order."""
-    siblings = sorted(
-        (
-            s
-            for s in ranked
-            if s.chunk.doc_id == item.chunk.doc_id
-            and s.section == item.section
-            and LIST_ITEM.match(s.text)
-        ),
-        key=lambda s: s.start,
-    )
+    siblings = sorted((s for s in ranked if _item_beside(item, s)), key=lambda s: s.start)
     place = next(i for i, s in enumerate(siblings) if s.start == item.start)
     first = last = place
     while first > 0 and siblings[first].start - siblings[first - 1].end <= ITEM_GAP_CHARS:
