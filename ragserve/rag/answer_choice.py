@@ -7,15 +7,20 @@ answer ("How long must my password be?", then "And what should I use as the seco
 so the best sentence for the follow-up's own words comes too; when they are too few to rank
 by, the next best of those that name all the words the follow-up adds ("And a dedicated
 runner?"). An item of a list that the question names by its heading brings the list
-(list_answer.py).
+(list_answer.py). A sentence that opens by pointing back ("That player wins.") comes after
+the sentence of its paragraph it points to, which alone says what "that player" is.
 """
 
+import re
 from typing import Protocol
 
 from ragserve.rag.conversation import Reading
 from ragserve.rag.evidence import Sentence
 from ragserve.rag.list_answer import whole_list
 from ragserve.rag.text import stems
+
+# A sentence's first word that refers to something an earlier sentence named.
+POINTS_BACK = re.compile(r"(?:It|Its|This|That|These|Those|They|Their|He|His|She|Her|Such)\b")
 
 
 class ChoiceSettings(Protocol):
@@ -57,8 +62,31 @@ def choose(
             chosen.append(sentence)
             covered |= adds
     if settings.answer_sentences > 1:
-        return whole_list(reading.query, chosen, ranked)
-    return chosen
+        chosen = whole_list(reading.query, chosen, ranked)
+    return _with_antecedents(chosen, ranked)
+
+
+def _with_antecedents(chosen: list[Sentence], ranked: list[Sentence]) -> list[Sentence]:
+    """The chosen sentences, each that points back after the sentence before it."""
+    complete: list[Sentence] = []
+    for sentence in chosen:
+        before = _before(sentence, ranked) if POINTS_BACK.match(sentence.text) else None
+        if before is not None and _key(before) not in map(_key, [*chosen, *complete]):
+            complete.append(before)
+        complete.append(sentence)
+    return complete
+
+
+def _before(sentence: Sentence, ranked: list[Sentence]) -> Sentence | None:
+    """The candidate sentence just before this one in its chunk's paragraph, if any."""
+    chunk = sentence.chunk
+    for other in ranked:
+        if other.chunk.doc_id != chunk.doc_id or not chunk.start <= other.start < sentence.start:
+            continue
+        between = chunk.text[other.end - chunk.start : sentence.start - chunk.start]
+        if not between.strip() and "\n\n" not in between:
+            return other
+    return None
 
 
 def _naming(ranked: list[Sentence], words: frozenset[str]) -> list[Sentence]:
