@@ -7,9 +7,15 @@ from ragserve.rag.keyword import terms
 
 CITATION = re.compile(r"\s*\[(\d+)\]")
 # A sentence ends at . ! ? before a space or the end ("6.3" stays whole), or at a line break
-# unless the next line goes on in lower case (a paragraph wrapped by hand): headings, list
-# items, table rows and "Date: ..." lines stay sentences of their own.
-SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?])|\n(?=[ \t]*[a-z]))+(?:[.!?]+|(?=\n)|$)")
+# unless the next line goes on in lower case (a paragraph wrapped by hand, in a quote of an
+# email or Markdown too: "> instead of 15:00."): headings, list items, table rows and
+# "Date: ..." lines stay sentences of their own.
+SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?])|\n(?=[ \t>]*[a-z]))+(?:[.!?]+|(?=\n)|$)")
+# What a quoted line starts with ("> ", ">> "), and a line break with it.
+QUOTE_MARKS = "> \t"
+QUOTED_BREAK = re.compile(r"\n[ \t]*>[> \t]*")
+# The opening or closing line of a fenced block of code ("```sh", "~~~").
+FENCE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.M)
 # Full stops that do not end a sentence: after a title, a Latin abbreviation or an initial
 # (not "I", which ends "World War I.").
 ABBREVIATION_END = re.compile(
@@ -103,6 +109,8 @@ DATE = re.compile(
 LIST_MARK = re.compile(r"^(?:[-*•+]|\d{1,3}\.)\s+")
 # The number of a numbered heading or list item ("6. How to claim a credit").
 LIST_NUMBER = re.compile(r"\d{1,3}\.")
+# What parts the cells of a table's row line ("Month: July | CSAT: 4.6"; parsers/tables.py).
+ROW_CELLS = " | "
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 # A number and the word or symbol after it (its unit, when it has one).
@@ -208,29 +216,48 @@ def stems(text: str) -> set[str]:
 
 
 def sentence_spans(text: str) -> list[tuple[str, int, int]]:
-    """The text's sentences, stripped, with their character spans in it. A full stop after a
-    title, a Latin abbreviation or an initial ("Dr. Jennifer Melfi", "e.g. a key", "J. Smith")
-    does not end a sentence unless a line ends there."""
+    """The text's sentences, stripped (of quote marks too), with their character spans in it.
+    A full stop after a title, a Latin abbreviation or an initial ("Dr. Jennifer Melfi", "e.g.
+    a key", "J. Smith") does not end a sentence unless a line ends there, and a table's row
+    line is one sentence whatever its cells hold ("Value: 10 ... 30 | Unit: V DC"). The fence
+    of a block of code ("```sh") is no sentence, and no sentence goes on across one (a chunk
+    may start inside a block, so which fences open one is not known)."""
+    spans, start = [], 0
+    for fence in FENCE.finditer(text):
+        spans += _prose_spans(text, start, fence.start())
+        start = fence.end()
+    return spans + _prose_spans(text, start, len(text))
+
+
+def _prose_spans(text: str, start: int, end: int) -> list[tuple[str, int, int]]:
     spans: list[tuple[str, int, int]] = []
-    for match in SENTENCE.finditer(text):
-        piece = match.group().strip()
+    for match in SENTENCE.finditer(text, start, end):
+        piece = match.group().strip().lstrip(QUOTE_MARKS)
         if not piece:
             continue
-        start = match.start() + match.group().index(piece)
-        end = start + len(piece)
+        first = match.start() + match.group().index(piece)
+        last = first + len(piece)
         if spans:
             previous, previous_start, previous_end = spans[-1]
-            between = text[previous_end:start]
+            between = text[previous_end:first]
             joined = (
                 "\n" not in between
-                if ABBREVIATION_END.search(previous) or LIST_NUMBER.fullmatch(previous)
+                if ABBREVIATION_END.search(previous)
+                or LIST_NUMBER.fullmatch(previous)
+                or ROW_CELLS in _line_at(text, previous_start)
                 else _wrapped_line(text, previous_end, between)
             )
             if joined:
-                spans[-1] = (text[previous_start:end], previous_start, end)
+                spans[-1] = (text[previous_start:last], previous_start, last)
                 continue
-        spans.append((piece, start, end))
+        spans.append((piece, first, last))
     return spans
+
+
+def _line_at(text: str, position: int) -> str:
+    """The whole line the position stands in."""
+    end = text.find("\n", position)
+    return text[text.rfind("\n", 0, position) + 1 : len(text) if end < 0 else end]
 
 
 def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
@@ -241,7 +268,7 @@ def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
     5.0."), and the next line starts no list item, numbered row, heading or table row. Lines
     of a list without marks ("Lars Eide — ... — 1 November 2024") end in a name or a date, and
     a table row or a row of a fixed-width table (wide gaps) ends where it ends."""
-    if between.count("\n") != 1 or between.strip():
+    if between.count("\n") != 1 or between.strip(QUOTE_MARKS + "\n"):
         return False
     line = text[text.rfind("\n", 0, previous_end) + 1 : previous_end].strip()
     if len(line) < WRAPPED_LINE_CHARS or "|" in line or COLUMN_GAP.search(line):
@@ -256,7 +283,7 @@ def as_prose(quote: str) -> str:
     """A quoted sentence as a line of an answer: without the list mark or number it had in its
     document, and with the line breaks and indents of a wrapped paragraph as single spaces
     (the citation keeps the exact text and its span)."""
-    return LIST_MARK.sub("", " ".join(quote.split()))
+    return LIST_MARK.sub("", " ".join(QUOTED_BREAK.sub("\n", quote).split()))
 
 
 def numbers(text: str) -> set[str]:

@@ -1,0 +1,63 @@
+"""Sentences of the kinds of text people index: table rows, code in a README, quoted email."""
+
+from ragserve.rag.text import as_prose, sentence_spans
+
+
+def sentences(text: str) -> list[str]:
+    spans = sentence_spans(text)
+    for sentence, start, end in spans:
+        assert text[start:end] == sentence
+    return [sentence for sentence, _, _ in spans]
+
+
+def test_a_row_line_is_one_sentence_whatever_its_cells_hold():
+    rows = (
+        "Parameter: Supply voltage | Value: 10 ... 30 | Unit: V DC\n"
+        "Plan: Pro | Price: EUR 9.99 a month. Billed yearly. | Seats: 5\n"
+        "It rained. Then it stopped.\n"
+    )
+    assert sentences(rows) == [
+        "Parameter: Supply voltage | Value: 10 ... 30 | Unit: V DC",
+        "Plan: Pro | Price: EUR 9.99 a month. Billed yearly. | Seats: 5",
+        "It rained.",
+        "Then it stopped.",
+    ]
+
+
+def test_the_fences_of_code_are_no_sentences_and_part_sentences():
+    readme = (
+        "Install it first.\n\n"
+        "```sh\n"
+        "brew install strata\n"
+        "```\n"
+        "reads the password from the\n"
+        "environment.\n\n"
+        "~~~\n"
+        "strata init --repo /mnt/nas\n"
+    )
+    assert sentences(readme) == [
+        "Install it first.",
+        "brew install strata",
+        "reads the password from the\nenvironment.",
+        "strata init --repo /mnt/nas",
+    ]
+    # A chunk that starts inside the first block reads its closing fence as an opening one.
+    assert sentences(readme[readme.index("brew") :]) == sentences(readme)[1:]
+
+
+def test_a_quoted_sentence_wrapped_over_lines_is_whole_without_its_marks():
+    thread = (
+        "One change to the plan below.\n\n"
+        "> Thanks Tom, agreed. IT disconnection will be at 12:00 on Thursday 27 March\n"
+        "> instead of 15:00.\n"
+        ">\n"
+        ">> Swift Relocations will move everything on the Friday, so the move itself\n"
+        ">> takes place on Friday 28 March.\n"
+    )
+    found = sentences(thread)
+    assert found[:2] == ["One change to the plan below.", "Thanks Tom, agreed."]
+    assert [as_prose(s) for s in found[2:]] == [
+        "IT disconnection will be at 12:00 on Thursday 27 March instead of 15:00.",
+        "Swift Relocations will move everything on the Friday, so the move itself takes place "
+        "on Friday 28 March.",
+    ]
