@@ -4,7 +4,7 @@ never an answer), and retrieval gives a chunk the heading it starts under."""
 
 import re
 
-from ragserve.rag.text import sentence_spans
+from ragserve.rag.text import LEADER, sentence_spans
 
 # A line of at most this many words without a full stop, a colon or a table bar is a heading.
 HEADING_MAX_WORDS = 12
@@ -23,8 +23,9 @@ def is_whole_line(text: str, start: int, end: int) -> bool:
 def is_heading(line: str, title: str) -> bool:
     """A line that names what follows rather than stating something: a Markdown heading, a
     question, the document's title (unless it ends a sentence), or a short line without a full
-    stop, colon or table bar that is no list item (an ingredient, a checklist's step: items
-    state what the list holds, and seldom end with a full stop)."""
+    stop, colon, table bar or leader dots that is no list item (an ingredient, a checklist's
+    step: items state what the list holds, and seldom end with a full stop; a line with leader
+    dots pairs a label with its value)."""
     plain = line.strip().lstrip(LIST_MARKS).strip()
     if plain.startswith("#") or plain.endswith("?"):
         return True
@@ -35,7 +36,9 @@ def is_heading(line: str, title: str) -> bool:
         return False
     if plain.lower() == title.strip().lower():
         return True
-    return ":" not in plain and "|" not in plain and len(plain.split()) <= HEADING_MAX_WORDS
+    if ":" in plain or "|" in plain or LEADER.search(plain):
+        return False
+    return len(plain.split()) <= HEADING_MAX_WORDS
 
 
 def heading_above(text: str, start: int, title: str) -> str:

@@ -9,8 +9,12 @@ CITATION = re.compile(r"\s*\[(\d+)\]")
 # A sentence ends at . ! ? before a space or the end ("6.3" stays whole), or at a line break
 # unless the next line goes on in lower case (a paragraph wrapped by hand, in a quote of an
 # email or Markdown too: "> instead of 15:00."): headings, list items, table rows and
-# "Date: ..." lines stay sentences of their own.
-SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?])|\n(?=[ \t>]*[a-z]))+(?:[.!?]+|(?=\n)|$)")
+# "Date: ..." lines stay sentences of their own. Leader dots before a value on their line
+# ("Single article limit ...... GBP 1,500") end nothing.
+LEADER = re.compile(r"(?<=[ \t])\.{3,}[ \t]+(?=\S)")
+SENTENCE = re.compile(
+    rf"(?:[^.!?\n]|{LEADER.pattern}|[.!?](?=[^\s.!?])|\n(?=[ \t>]*[a-z]))+(?:[.!?]+|(?=\n)|$)"
+)
 # What a quoted line starts with ("> ", ">> "), and a line break with it.
 QUOTE_MARKS = "> \t"
 QUOTED_BREAK = re.compile(r"\n[ \t]*>[> \t]*")

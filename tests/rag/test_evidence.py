@@ -47,6 +47,19 @@ def test_a_dated_heading_is_evidence_and_an_undated_one_only_a_section(embedder)
     assert ranked[-1].section == "New"
 
 
+def test_a_line_with_leader_dots_is_evidence_under_its_heading(embedder):
+    text = (
+        "SCHEDULE OF LIMITS\n"
+        "  Contents sum insured ................ GBP 45,000\n"
+        "  Escape of water excess .............. GBP 350\n"
+    )
+    ranked = EvidenceSelector(embedder).rank(
+        "What is the escape of water excess?", [document(text)]
+    )
+    assert ranked[0].text == "Escape of water excess .............. GBP 350"
+    assert [s.section for s in ranked] == ["SCHEDULE OF LIMITS"] * 2
+
+
 def test_the_row_of_the_plan_the_question_names_outranks_a_row_that_lists_it(embedder):
     text = (
         "Add-on: Log retention | Price (GBP per month): 90 | Available on: Business, Enterprise\n"

@@ -61,3 +61,22 @@ def test_a_quoted_sentence_wrapped_over_lines_is_whole_without_its_marks():
         "Swift Relocations will move everything on the Friday, so the move itself takes place "
         "on Friday 28 March.",
     ]
+
+
+def test_leader_dots_before_a_value_end_no_sentence():
+    schedule = (
+        "SCHEDULE OF LIMITS\n"
+        "  Single article limit ...... GBP 1,500\n"
+        "  Escape of water excess .... GBP 350\n"
+        "It was... fine. Wait.... Then go.\n"
+    )
+    assert sentences(schedule) == [
+        "SCHEDULE OF LIMITS",
+        "Single article limit ...... GBP 1,500",
+        "Escape of water excess .... GBP 350",
+        # An ellipsis ends its word.
+        "It was...",
+        "fine.",
+        "Wait....",
+        "Then go.",
+    ]
