@@ -26,6 +26,7 @@ is the third kind, answered by the API layer with an error.
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from ragserve.engine.client import Generate
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.engine.structured import OutputConstraint
-from ragserve.rag.answer_choice import choose
+from ragserve.rag.answer_choice import choose, with_antecedents
 from ragserve.rag.answer_result import (
     AnswerEvent,
     AnswerResult,
@@ -57,8 +58,11 @@ from ragserve.rag.structured_answer import (
     parse_json,
 )
 from ragserve.rag.table_answer import asks_for_extreme, superlative_row
+from ragserve.rag.text import CITATION
 
 logger = logging.getLogger(__name__)
+# A value alone, with its currency or unit ("20", "30 days", "EUR 450", "4.1%").
+BARE_VALUE = re.compile(r"(?:[A-Z]{3}\s?|[$€£]\s?)?\d[\d,.]*(?:\s?(?:%|[A-Za-z]+))?\W*")
 
 
 @dataclass
@@ -227,7 +231,7 @@ class AnswerService:
             cached_tokens = output.num_cached_tokens
         generated = time.perf_counter()
         if schema is None:
-            result = self._finish(text, query, prompt, chosen, probability)
+            result = self._finish(text, query, prompt, chosen, ranked, probability)
         else:
             result = self._finish_structured(text, query, prompt, probability)
         checked = time.perf_counter()
@@ -251,6 +255,7 @@ class AnswerService:
         query: str,
         prompt: BuiltPrompt,
         chosen: list[Sentence],
+        ranked: list[Sentence],
         probability: float,
     ) -> AnswerResult:
         logger.debug("model answer to %r: %r", query, text)
@@ -260,11 +265,14 @@ class AnswerService:
             answer, citations, supported = self.checker.check(text, query, prompt.sources)
             best = (chosen[0].chunk.doc_id, chosen[0].start)
             # Measured on the development set: a supported answer that does not rest on the best
-            # evidence sentence is rarely right; the quote of that sentence more often is.
-            if supported and best in {(c.doc_id, c.start) for c in citations}:
+            # evidence sentence is rarely right; the quote of that sentence more often is. A
+            # bare value ("20 [1].") claims nothing a reader can hold to its source without
+            # the question; the quote states what it is the value of.
+            bare = BARE_VALUE.fullmatch(CITATION.sub("", answer).strip()) is not None
+            if supported and not bare and best in {(c.doc_id, c.start) for c in citations}:
                 return AnswerResult(answer, "generated", citations, answerability=probability)
         if self.settings.extractive_fallback:
-            return self._quote(query, chosen, chosen, probability)
+            return self._quote(query, chosen, ranked, probability)
         return refusal("not_stated", probability, chosen)
 
     @staticmethod
@@ -298,7 +306,7 @@ class AnswerService:
         the refusal with the closest passages as related."""
         if probability < self.answerability.quote_above:
             return refusal("not_stated", probability, ranked)
-        answer, citations = quoted(query, chosen)
+        answer, citations = quoted(query, with_antecedents(chosen, ranked))
         return AnswerResult(answer, "extractive", citations, answerability=probability)
 
 

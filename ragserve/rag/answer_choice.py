@@ -7,8 +7,8 @@ answer ("How long must my password be?", then "And what should I use as the seco
 so the best sentence for the follow-up's own words comes too; when they are too few to rank
 by, the next best of those that name all the words the follow-up adds ("And a dedicated
 runner?"). An item of a list that the question names by its heading brings the list
-(list_answer.py). A sentence that opens by pointing back ("That player wins.") comes after
-the sentence of its paragraph it points to, which alone says what "that player" is.
+(list_answer.py). Quoted, a sentence that opens by pointing back ("That player wins.") comes
+after the sentence of its paragraph it points to, which alone says what "that player" is.
 """
 
 import re
@@ -62,12 +62,13 @@ def choose(
             chosen.append(sentence)
             covered |= adds
     if settings.answer_sentences > 1:
-        chosen = whole_list(reading.query, chosen, ranked)
-    return _with_antecedents(chosen, ranked)
+        return whole_list(reading.query, chosen, ranked)
+    return chosen
 
 
-def _with_antecedents(chosen: list[Sentence], ranked: list[Sentence]) -> list[Sentence]:
-    """The chosen sentences, each that points back after the sentence before it."""
+def with_antecedents(chosen: list[Sentence], ranked: list[Sentence]) -> list[Sentence]:
+    """The chosen sentences to quote, each that points back after the sentence before it (the
+    chosen ones stay what a generated answer must rest on)."""
     complete: list[Sentence] = []
     for sentence in chosen:
         before = _before(sentence, ranked) if POINTS_BACK.match(sentence.text) else None

@@ -185,13 +185,15 @@ def test_an_unsupported_answer_falls_back_to_an_exact_quote(lakes, embedder, rea
         answers, STAFF, question, replying("It is 300 metres deep [1].", prompts, tokenizer)
     )
     assert result.mode == "extractive", result
-    citation = result.citations[0]
+    # "Its maximum depth ..." is quoted after the sentence that says what "its" is.
+    named, citation = result.citations
     document = lakes.get_document(STAFF, citation.doc_id)
     assert document is not None and document.title
     text = QUENMAR  # the parsed text of a plain-text file is the file
     assert text[citation.start : citation.end] == citation.quote
     assert citation.quote == "Its maximum depth is 212 metres and it freezes every January."
-    assert result.answer == f"{citation.quote} [{citation.n}]"
+    assert named.quote.startswith("Lake Quenmar is a freshwater lake")
+    assert result.answer == f"{named.quote} [{named.n}] {citation.quote} [{citation.n}]"
     # Selection happens after the ACL filter: the board's survey never reaches the prompt.
     assert "999" not in prompts[0] and "classified" not in prompts[0]
 
@@ -204,6 +206,19 @@ def test_a_supported_answer_is_kept_as_generated(lakes, embedder, reader, llm_fp
     result = run(answers, STAFF, "How deep can Lake Quenmar get?", reply)
     assert result.mode == "generated" and "212 metres" in result.answer
     assert result.citations[0].quote.startswith("Its maximum depth is 212 metres")
+
+
+def test_a_bare_value_is_answered_by_the_quote_that_says_what_it_is(
+    lakes, embedder, reader, llm_fp32
+):
+    tokenizer = llm_fp32.get_tokenizer()
+    answers = service(lakes, embedder, reader, tokenizer)
+    for reply in ("212 [1].", "212 metres [1]."):
+        result = run(
+            answers, STAFF, "How deep can Lake Quenmar get?", replying(reply, [], tokenizer)
+        )
+        assert result.mode == "extractive", reply
+        assert "Its maximum depth is 212 metres" in result.answer
 
 
 def test_an_unanswerable_question_is_refused_without_a_model_call(
@@ -227,4 +242,4 @@ def test_the_quote_style_answers_without_a_model_call(lakes, embedder, reader, l
         answers, STAFF, "How deep can Lake Quenmar get?", replying("x", prompts, tokenizer)
     )
     assert prompts == [] and result.mode == "extractive"
-    assert "212 metres" in result.citations[0].quote
+    assert "212 metres" in result.citations[-1].quote

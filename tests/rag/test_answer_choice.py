@@ -1,7 +1,7 @@
-"""Which evidence sentences an answer is made of."""
+"""Which evidence sentences a quote answer is made of."""
 
 from ragserve.rag.answer import AnswerSettings
-from ragserve.rag.answer_choice import choose
+from ragserve.rag.answer_choice import choose, with_antecedents
 from ragserve.rag.conversation import read_turn
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector
@@ -21,8 +21,8 @@ def chunk(text: str = RULES) -> ScoredChunk:
 def answer_for(question: str, embedder, text: str = RULES) -> list[str]:
     reading = read_turn(question)
     rankings = EvidenceSelector(embedder).rank_each(reading.questions, [chunk(text)])
-    settings = AnswerSettings(answer_sentences=1)
-    return [s.text for s in choose(reading, rankings, settings)]
+    chosen = choose(reading, rankings, AnswerSettings(answer_sentences=1))
+    return [s.text for s in with_antecedents(chosen, rankings[0])]
 
 
 def test_a_sentence_that_points_back_comes_after_the_one_it_points_to(embedder):
