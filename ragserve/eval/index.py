@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 TENANT = "eval"
 OWNER = "eval"
 # Bump when what an index holds for the same inputs changes (chunker, parsers, schema).
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 
 
 @dataclass(frozen=True)

@@ -372,7 +372,8 @@ def test_csv_header_rules_and_quoted_cells():
 
 def test_xlsx_sheets_read_as_their_rows():
     """Each visible sheet: its name a heading, then its rows named by the header row, with
-    values as a reader sees them (integers, percentages, dates); hidden sheets are left out."""
+    values as a reader sees them (integers, fixed decimals, percentages, dates); hidden sheets
+    are left out."""
     import datetime
 
     import openpyxl
@@ -382,12 +383,14 @@ def test_xlsx_sheets_read_as_their_rows():
     workbook = openpyxl.Workbook()
     figures = workbook.active
     figures.title = "Q3"
-    figures.append(["Month", "Tickets", "Share", "Closed"])
-    figures.append(["July", 1310.0, 0.31, datetime.datetime(2024, 7, 31)])
-    figures.append([None, None, None, None])
-    figures.append(["August", 1204, 0.275, datetime.datetime(2024, 8, 30, 14, 5)])
+    figures.append(["Month", "Tickets", "Share", "Closed", "Cost (EUR)"])
+    figures.append(["July", 1310.0, 0.31, datetime.datetime(2024, 7, 31), 24.9])
+    figures.append([None, None, None, None, None])
+    figures.append(["August", 1204, 0.275, datetime.datetime(2024, 8, 30, 14, 5), 1234.5])
     for row in (2, 4):
         figures.cell(row, 3).number_format = "0%"
+    figures.cell(2, 5).number_format = "0.00"
+    figures.cell(4, 5).number_format = "#,##0.00"
     hidden = workbook.create_sheet("Lookup")
     hidden.append(["Code", "Secret"])
     hidden.append(["X1", "never quoted"])
@@ -400,8 +403,9 @@ def test_xlsx_sheets_read_as_their_rows():
     assert parsed.title == "Support figures"
     assert parsed.text.splitlines() == [
         "Q3",
-        "Month: July | Tickets: 1310 | Share: 31 % | Closed: 2024-07-31",
-        "Month: August | Tickets: 1204 | Share: 27.5 % | Closed: 2024-08-30 14:05",
+        "Month: July | Tickets: 1310 | Share: 31 % | Closed: 2024-07-31 | Cost (EUR): 24.90",
+        "Month: August | Tickets: 1204 | Share: 27.5 % | Closed: 2024-08-30 14:05 | "
+        "Cost (EUR): 1,234.50",
     ]
     blocks = [(parsed.text[b.start : b.end], b.heading) for b in parsed.blocks]
     assert blocks[0] == ("Q3", True) and all(not heading for _, heading in blocks[1:])

@@ -12,6 +12,7 @@ defusedxml, which refuses entity tricks such as "billion laughs".
 
 import datetime
 import io
+import re
 
 from ragserve.rag.parsers.document import (
     TITLE_MAX_CHARS,
@@ -23,9 +24,13 @@ from ragserve.rag.parsers.document import (
 from ragserve.rag.parsers.tables import line_blocks, sheet_lines
 from ragserve.rag.parsers.zipped import repacked
 
+# A number format that shows a fixed count of decimals ("0.00", "#,##0.0").
+FIXED_DECIMALS = re.compile(r"0\.(0+)")
+
 
 def cell_text(value: object, number_format: str = "General") -> str:
-    """What a reader sees in a cell: integers without ".0", percentages as "31 %", dates as
+    """What a reader sees in a cell: integers without ".0", a number formatted with a fixed
+    count of decimals with that many ("24.90", "1,234.50"), percentages as "31 %", dates as
     YYYY-MM-DD (with the time when it is not midnight)."""
     if value is None:
         return ""
@@ -34,6 +39,9 @@ def cell_text(value: object, number_format: str = "General") -> str:
     if isinstance(value, int | float):
         if "%" in number_format:
             return f"{round(value * 100, 6):g} %"
+        if fixed := FIXED_DECIMALS.search(number_format):
+            grouping = "," if "#,##" in number_format else ""
+            return f"{value:{grouping}.{len(fixed.group(1))}f}"
         if isinstance(value, float) and value.is_integer():
             return str(int(value))
         return str(value)
