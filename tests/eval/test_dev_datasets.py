@@ -1,4 +1,4 @@
-"""The workplace, everyday and held-out sets: their documents load as a folder corpus through the
+"""The workplace, everyday, assorted and held-out sets: their documents load as a folder corpus through the
 product's parsers, their questions validate, and every alias of an answerable question is in
 its gold document."""
 
@@ -45,6 +45,20 @@ SETS = {
         ("e-bike-manual.docx", "Veloxa City e-bike: owner's manual"),
         {"single": 50, "multi": 5, "table": 6, "followup": 5},
         20,
+    ),
+    "assorted": (
+        {
+            "cli-readme.md",
+            "datasheet.pdf",
+            "email-thread.txt",
+            "insurance-policy.txt",
+            "parental-leave-policy.docx",
+            "price-list.xlsx",
+            "school-newsletter.html",
+        },
+        ("price-list.xlsx", "price list"),
+        {"single": 14, "multi": 5, "table": 14},
+        12,
     ),
     "holdout": (
         {
