@@ -7,7 +7,8 @@ from typing import Any
 
 from ragserve.eval.metrics import CitedSentence
 from ragserve.rag.answer_result import AnswerResult
-from ragserve.rag.text import CITATION, SENTENCE
+from ragserve.rag.sentences import SENTENCE
+from ragserve.rag.text import CITATION
 
 # Markers that open a sentence piece close the one before it ("... 1279. [1] He reigned ...").
 LEADING_CITATIONS = re.compile(r"(?:\s*\[\d+\])*")

@@ -18,7 +18,8 @@ import re
 import numpy as np
 
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.text import NUMBER, SENTENCE
+from ragserve.rag.sentences import SENTENCE
+from ragserve.rag.text import NUMBER
 
 NAME = re.compile(r"(?<=\s)[A-Z][\w'-]+")
 

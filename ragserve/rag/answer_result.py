@@ -11,7 +11,8 @@ from typing import Any, Literal
 from ragserve.rag.citations import Citation
 from ragserve.rag.evidence import Sentence
 from ragserve.rag.question import answer_kind_match
-from ragserve.rag.text import as_prose, stems
+from ragserve.rag.sentences import as_prose
+from ragserve.rag.text import stems
 
 Mode = Literal["generated", "extractive", "refused"]
 AnswerStyle = Literal["quote", "generate", "auto"]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.prompt import PromptSource
+from ragserve.rag.sentences import SENTENCE, sentence_spans
 from ragserve.rag.text import (
     CITATION,
-    SENTENCE,
     contains_phrase,
     content_words,
     introduced_names,
@@ -23,7 +23,6 @@ from ragserve.rag.text import (
     negated,
     numbers,
     quantities,
-    sentence_spans,
 )
 
 

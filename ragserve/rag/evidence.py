@@ -33,7 +33,8 @@ from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.headings import is_heading, is_whole_line
 from ragserve.rag.question import answer_kind_match, row_named
-from ragserve.rag.text import DATE, NUMBER, sentence_spans, stems
+from ragserve.rag.sentences import sentence_spans
+from ragserve.rag.text import DATE, NUMBER, stems
 
 # A word of three letters or more: with a number, a short line still states something.
 SHORT_WORD = re.compile(r"[^\W\d_]{3}")

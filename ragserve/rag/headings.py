@@ -4,7 +4,7 @@ never an answer), and retrieval gives a chunk the heading it starts under."""
 
 import re
 
-from ragserve.rag.text import LEADER, sentence_spans
+from ragserve.rag.sentences import LEADER, sentence_spans
 
 # A line of at most this many words without a full stop, a colon or a table bar is a heading.
 HEADING_MAX_WORDS = 12

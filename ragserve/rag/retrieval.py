@@ -17,8 +17,9 @@ from ragserve.rag.conversation import Reading
 from ragserve.rag.documents import AccessFilter, ScoredChunk, document_text
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.headings import heading_above
+from ragserve.rag.sentences import sentence_spans
 from ragserve.rag.store import Store
-from ragserve.rag.text import sentence_spans, stems
+from ragserve.rag.text import stems
 
 RRF_K = 60
 # How far past a chunk's edge a cut sentence is completed, in characters.

@@ -24,7 +24,8 @@ from typing import Any
 
 from ragserve.rag.citations import Citation, CitationChecker, citation
 from ragserve.rag.prompt import DATAMARK, PromptSource
-from ragserve.rag.text import CITATION, SENTENCE, content_words, numbers
+from ragserve.rag.sentences import SENTENCE
+from ragserve.rag.text import CITATION, content_words, numbers
 
 Supporters = list[tuple[int, float]]
 

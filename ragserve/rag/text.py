@@ -1,4 +1,4 @@
-"""Words, sentences, numbers and names of English text: what evidence selection, the citation
+"""Words, numbers and names of English text: what evidence selection, the citation
 check and answerability read."""
 
 import re
@@ -6,28 +6,6 @@ import re
 from ragserve.rag.keyword import terms
 
 CITATION = re.compile(r"\s*\[(\d+)\]")
-# A sentence ends at . ! ? before a space or the end ("6.3" stays whole), or at a line break
-# unless the next line goes on in lower case (a paragraph wrapped by hand, in a quote of an
-# email or Markdown too: "> instead of 15:00."): headings, list items, table rows and
-# "Date: ..." lines stay sentences of their own. Leader dots before a value on their line
-# ("Single article limit ...... GBP 1,500") end nothing.
-LEADER = re.compile(r"(?<=[ \t])\.{3,}[ \t]+(?=\S)")
-SENTENCE = re.compile(
-    rf"(?:[^.!?\n]|{LEADER.pattern}|[.!?](?=[^\s.!?])|\n(?=[ \t>]*[a-z]))+(?:[.!?]+|(?=\n)|$)"
-)
-# What a quoted line starts with ("> ", ">> "), and a line break with it.
-QUOTE_MARKS = "> \t"
-QUOTED_BREAK = re.compile(r"\n[ \t]*>[> \t]*")
-# The opening or closing line of a fenced block of code ("```sh", "~~~").
-FENCE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.M)
-# Full stops that do not end a sentence: after a title, a Latin abbreviation or an initial
-# (not "I", which ends "World War I.").
-ABBREVIATION_END = re.compile(
-    r"(?:^|[\s(])(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|Jr|Sr|Gen|Col|Capt|Lt|Sgt|Rev|Hon|Gov|Sen|Rep|"
-    r"vs|cf|approx|ca|e\.g|i\.e|[A-HJ-Z])\.$"
-)
-# A line this long that stops mid-sentence was wrapped by hand (typical widths are 70-100).
-WRAPPED_LINE_CHARS = 50
 # Articles, prepositions, conjunctions, auxiliaries and determiners: no content word (a
 # stopword) and no word a sentence ends on.
 FUNCTION_WORDS = frozenset(
@@ -74,34 +52,6 @@ FUNCTION_WORDS = frozenset(
     ]
 )
 # Words a sentence does not end on: a line ending in one goes on in the next.
-CONTINUING_WORDS = FUNCTION_WORDS | frozenset(
-    [
-        "about",
-        "after",
-        "before",
-        "between",
-        "but",
-        "if",
-        "into",
-        "must",
-        "nor",
-        "onto",
-        "over",
-        "per",
-        "than",
-        "these",
-        "those",
-        "under",
-        "unless",
-        "until",
-        "via",
-        "while",
-        "whose",
-        "your",
-    ]
-)
-COLUMN_GAP = re.compile(r"\S {3,}\S|\t")
-NEW_LINE_ITEM = re.compile(r"[-*•+#|=_]|\d+[.)]\s|\d+\s\s|[A-Z][A-Za-z ]{0,30}:\s")
 _MONTH = (
     r"(?:January|February|March|April|May|June|July|August|September|October|November|"
     r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?"
@@ -110,11 +60,6 @@ _MONTH = (
 DATE = re.compile(
     rf"\b\d{{1,2}} {_MONTH} \d{{4}}\b|\b{_MONTH} \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d\d-\d\d\b"
 )
-LIST_MARK = re.compile(r"^(?:[-*•+]|\d{1,3}\.)\s+")
-# The number of a numbered heading or list item ("6. How to claim a credit").
-LIST_NUMBER = re.compile(r"\d{1,3}\.")
-# What parts the cells of a table's row line ("Month: July | CSAT: 4.6"; parsers/tables.py).
-ROW_CELLS = " | "
 WORD = re.compile(r"[a-z0-9]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 # A number and the word or symbol after it (its unit, when it has one).
@@ -217,77 +162,6 @@ def stems(text: str) -> set[str]:
     words = (NUMBER_WORDS.get(w, w) for w in WORD.findall(text.lower()))
     kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
     return set(terms(" ".join(kept)))
-
-
-def sentence_spans(text: str) -> list[tuple[str, int, int]]:
-    """The text's sentences, stripped (of quote marks too), with their character spans in it.
-    A full stop after a title, a Latin abbreviation or an initial ("Dr. Jennifer Melfi", "e.g.
-    a key", "J. Smith") does not end a sentence unless a line ends there, and a table's row
-    line is one sentence whatever its cells hold ("Value: 10 ... 30 | Unit: V DC"). The fence
-    of a block of code ("```sh") is no sentence, and no sentence goes on across one (a chunk
-    may start inside a block, so which fences open one is not known)."""
-    spans, start = [], 0
-    for fence in FENCE.finditer(text):
-        spans += _prose_spans(text, start, fence.start())
-        start = fence.end()
-    return spans + _prose_spans(text, start, len(text))
-
-
-def _prose_spans(text: str, start: int, end: int) -> list[tuple[str, int, int]]:
-    spans: list[tuple[str, int, int]] = []
-    for match in SENTENCE.finditer(text, start, end):
-        piece = match.group().strip().lstrip(QUOTE_MARKS)
-        if not piece:
-            continue
-        first = match.start() + match.group().index(piece)
-        last = first + len(piece)
-        if spans:
-            previous, previous_start, previous_end = spans[-1]
-            between = text[previous_end:first]
-            joined = (
-                "\n" not in between
-                if ABBREVIATION_END.search(previous)
-                or LIST_NUMBER.fullmatch(previous)
-                or ROW_CELLS in _line_at(text, previous_start)
-                else _wrapped_line(text, previous_end, between)
-            )
-            if joined:
-                spans[-1] = (text[previous_start:last], previous_start, last)
-                continue
-        spans.append((piece, first, last))
-    return spans
-
-
-def _line_at(text: str, position: int) -> str:
-    """The whole line the position stands in."""
-    end = text.find("\n", position)
-    return text[text.rfind("\n", 0, position) + 1 : len(text) if end < 0 else end]
-
-
-def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
-    """Whether a sentence piece that ends a line goes on in the next line, which starts with
-    a capital or a digit (the regex already joins a line going on in lower case): the text was
-    wrapped by hand (a plain-text file, a PDF's lines), so the line is long and ends in a
-    comma or a word that cannot end a sentence ("... to run pipelines from" / "Conductor
-    5.0."), and the next line starts no list item, numbered row, heading or table row. Lines
-    of a list without marks ("Lars Eide — ... — 1 November 2024") end in a name or a date, and
-    a table row or a row of a fixed-width table (wide gaps) ends where it ends."""
-    if between.count("\n") != 1 or between.strip(QUOTE_MARKS + "\n"):
-        return False
-    line = text[text.rfind("\n", 0, previous_end) + 1 : previous_end].strip()
-    if len(line) < WRAPPED_LINE_CHARS or "|" in line or COLUMN_GAP.search(line):
-        return False
-    last = line.rsplit(None, 1)[-1].lower()
-    if not (line.endswith(",") or last in CONTINUING_WORDS):
-        return False
-    return not NEW_LINE_ITEM.match(text, previous_end + len(between))
-
-
-def as_prose(quote: str) -> str:
-    """A quoted sentence as a line of an answer: without the list mark or number it had in its
-    document, and with the line breaks and indents of a wrapped paragraph as single spaces
-    (the citation keeps the exact text and its span)."""
-    return LIST_MARK.sub("", " ".join(QUOTED_BREAK.sub("\n", quote).split()))
 
 
 def numbers(text: str) -> set[str]:

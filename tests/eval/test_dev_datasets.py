@@ -1,6 +1,6 @@
-"""The workplace, everyday, assorted and held-out sets: their documents load as a folder corpus through the
-product's parsers, their questions validate, and every alias of an answerable question is in
-its gold document."""
+"""The workplace, everyday, assorted and held-out sets: their documents load as a folder
+corpus through the product's parsers, their questions validate, and every alias of an
+answerable question is in its gold document."""
 
 import json
 from collections import Counter

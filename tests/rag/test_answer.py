@@ -13,8 +13,8 @@ from ragserve.rag.evidence import EvidenceSelector
 from ragserve.rag.ingest import Ingestor, SourceDocument
 from ragserve.rag.prompt import DATAMARK, PromptBuilder, PromptSource, system_prompt
 from ragserve.rag.retrieval import RetrievalSettings, Retriever
+from ragserve.rag.sentences import SENTENCE, as_prose, sentence_spans
 from ragserve.rag.stores.sqlite import SqliteStore
-from ragserve.rag.text import SENTENCE, as_prose, sentence_spans
 
 
 def chunk(text: str) -> ScoredChunk:

@@ -231,7 +231,7 @@ def make_table_pdf(rows=TABLE, ruled: bool = True) -> bytes:
 
 
 def assert_rows(parsed, expected=ROW_LINES):
-    from ragserve.rag.text import sentence_spans
+    from ragserve.rag.sentences import sentence_spans
 
     table_lines = [line for line in parsed.text.splitlines() if " | " in line]
     assert table_lines == expected
@@ -349,7 +349,7 @@ def test_pdf_table_without_lines_keeps_its_text():
 def test_csv_and_tsv_rows_name_their_cells(data, name):
     """Whatever the delimiter (a semicolon where numbers carry commas), a spreadsheet export
     reads as every format's tables do: a row per line and per block, each a sentence."""
-    from ragserve.rag.text import sentence_spans
+    from ragserve.rag.sentences import sentence_spans
 
     parsed = parse_bytes(data.encode(), name)
     assert parsed.text.splitlines() == ROW_LINES

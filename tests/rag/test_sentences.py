@@ -1,6 +1,6 @@
 """Sentences of the kinds of text people index: table rows, code in a README, quoted email."""
 
-from ragserve.rag.text import as_prose, sentence_spans
+from ragserve.rag.sentences import as_prose, sentence_spans
 
 
 def sentences(text: str) -> list[str]:
