@@ -28,6 +28,7 @@ ABBREVIATION_END = re.compile(
 )
 # A line this long that stops mid-sentence was wrapped by hand (typical widths are 70-100).
 WRAPPED_LINE_CHARS = 50
+# Words a sentence does not end on: a line ending in one goes on in the next.
 CONTINUING_WORDS = FUNCTION_WORDS | frozenset(
     [
         "about",
@@ -78,6 +79,7 @@ def sentence_spans(text: str) -> list[tuple[str, int, int]]:
 
 
 def _prose_spans(text: str, start: int, end: int) -> list[tuple[str, int, int]]:
+    """The sentences of the text between start and end, a stretch without a code fence."""
     spans: list[tuple[str, int, int]] = []
     for match in SENTENCE.finditer(text, start, end):
         piece = match.group().strip().lstrip(QUOTE_MARKS)
@@ -129,6 +131,6 @@ def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
 
 def as_prose(quote: str) -> str:
     """A quoted sentence as a line of an answer: without the list mark or number it had in its
-    document, and with the line breaks and indents of a wrapped paragraph as single spaces
-    (the citation keeps the exact text and its span)."""
+    document, and with the line breaks, indents and quote marks of a wrapped paragraph as
+    single spaces (the citation keeps the exact text and its span)."""
     return LIST_MARK.sub("", " ".join(QUOTED_BREAK.sub("\n", quote).split()))

@@ -51,7 +51,6 @@ FUNCTION_WORDS = frozenset(
         "would",
     ]
 )
-# Words a sentence does not end on: a line ending in one goes on in the next.
 _MONTH = (
     r"(?:January|February|March|April|May|June|July|August|September|October|November|"
     r"December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\.?"
