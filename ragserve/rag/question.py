@@ -17,6 +17,7 @@ import re
 from typing import Literal
 
 from ragserve.rag.parsers.tables import row_cells
+from ragserve.rag.sentences import sentence_spans
 from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbers, stems
 
 Expected = Literal["person", "time", "quantity"]
@@ -181,8 +182,11 @@ def _quantities(text: str) -> set[str]:
 
 
 def specific_terms(question: str) -> set[str]:
-    """The question's names, codes and numbers, lower-cased."""
-    return {term.lower() for term in SPECIFIC.findall(question)}
+    """The names, codes and numbers of the question's sentences that ask, lower-cased: a
+    statement before them ("My wife is due in June. How much paid leave do I get?") tells the
+    asker's situation, which a document that answers need not name."""
+    asking = [text for text, _, _ in sentence_spans(question) if text.endswith("?")]
+    return {term.lower() for term in SPECIFIC.findall(" ".join(asking) or question)}
 
 
 def missing_share(question: str, evidence: str) -> float:

@@ -163,3 +163,13 @@ def test_a_plural_term_is_found_in_the_singular_as_a_word():
     assert missing_share(question, "It is open Saturday 09:00-15:00.") == 0.0
     assert missing_share(question, "It is open Monday to Thursday.") == 1.0
     assert missing_share("How much is a hotel in Paris?", "Comparing hotels.") == 1.0
+
+
+def test_the_askers_situation_is_not_what_the_evidence_must_name():
+    leave = "Partners may take 4 weeks of partner leave at full pay."
+    situated = "My wife is due in June. How much partner leave do I get?"
+    assert missing_share(situated, leave) == 0.0
+    # Asked about, June must be named.
+    assert missing_share("How much partner leave do I get in June?", leave) == 1.0
+    # A question without a question mark is asked as a whole.
+    assert missing_share("partner leave in June", leave) == 1.0
