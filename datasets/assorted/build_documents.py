@@ -16,21 +16,17 @@ import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docx
-from docx.shared import Pt
 from openpyxl import Workbook
 from openpyxl.styles import Font
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from office_files import fixed_zip_times, titled_pdf
+from office_files import Sections, fixed_zip_times, sectioned_docx, titled_pdf
 
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2025, 3, 1, 8, 0, 0, tzinfo=UTC)
 
 POLICY_TITLE = "Brightwater Analytics Ltd - Parental Leave Policy"
-# (heading or None, paragraphs); a paragraph that starts with "- " is a list item, one that is
-# a list of rows is a table whose first row is its header.
-POLICY_SECTIONS: list[tuple[str | None, list[str | list[tuple[str, str, str]]]]] = [
+POLICY_SECTIONS: Sections = [
     (
         None,
         [
@@ -191,31 +187,7 @@ PRICE_NOTES = [
 
 
 def build_docx(path: Path) -> None:
-    document = docx.Document()
-    document.styles["Normal"].font.size = Pt(11)
-    properties = document.core_properties
-    properties.title = POLICY_TITLE
-    properties.author = properties.last_modified_by = "People Team"
-    properties.created = properties.modified = WRITTEN.replace(tzinfo=None)
-    properties.revision = 1
-    document.add_heading(POLICY_TITLE, level=0)
-    for heading, paragraphs in POLICY_SECTIONS:
-        if heading:
-            document.add_heading(heading, level=1)
-        for paragraph in paragraphs:
-            if isinstance(paragraph, list):
-                table = document.add_table(rows=0, cols=len(paragraph[0]))
-                table.style = "Table Grid"
-                for row in paragraph:
-                    for cell, text in zip(table.add_row().cells, row, strict=True):
-                        cell.text = text
-            elif paragraph.startswith("- "):
-                document.add_paragraph(paragraph[2:], style="List Bullet")
-            else:
-                document.add_paragraph(paragraph)
-    saved = io.BytesIO()
-    document.save(saved)
-    path.write_bytes(fixed_zip_times(saved.getvalue(), WRITTEN))
+    sectioned_docx(path, POLICY_TITLE, "People Team", POLICY_SECTIONS, WRITTEN)
 
 
 def build_pdf(path: Path) -> None:

@@ -7,16 +7,12 @@ docx, so a rebuild gives the same bytes as the committed files. Run from the rep
     .venv/bin/python datasets/everyday/build_documents.py
 """
 
-import io
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docx
-from docx.shared import Pt
-
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from office_files import fixed_zip_times, titled_pdf
+from office_files import sectioned_docx, titled_pdf
 
 DOCUMENTS = Path(__file__).parent / "documents"
 WRITTEN = datetime(2025, 9, 1, 8, 0, 0, tzinfo=UTC)
@@ -161,25 +157,7 @@ def build_pdf(path: Path) -> None:
 
 
 def build_docx(path: Path) -> None:
-    document = docx.Document()
-    document.styles["Normal"].font.size = Pt(11)
-    properties = document.core_properties
-    properties.title = MANUAL_TITLE
-    properties.author = properties.last_modified_by = "Veloxa Bikes"
-    properties.created = properties.modified = WRITTEN.replace(tzinfo=None)
-    properties.revision = 1
-    document.add_heading(MANUAL_TITLE, level=0)
-    for heading, paragraphs in MANUAL_SECTIONS:
-        if heading:
-            document.add_heading(heading, level=1)
-        for paragraph in paragraphs:
-            if paragraph.startswith("- "):
-                document.add_paragraph(paragraph[2:], style="List Bullet")
-            else:
-                document.add_paragraph(paragraph)
-    saved = io.BytesIO()
-    document.save(saved)
-    path.write_bytes(fixed_zip_times(saved.getvalue(), WRITTEN))
+    sectioned_docx(path, MANUAL_TITLE, "Veloxa Bikes", MANUAL_SECTIONS, WRITTEN)
 
 
 def main() -> None:
