@@ -14,13 +14,12 @@ RULES = (
 )
 
 
-def chunk(text: str = RULES) -> ScoredChunk:
-    return ScoredChunk("c1", "rules", "Rules", "rules.txt", 0, 0, len(text), text, 1.0)
+RULES_CHUNK = ScoredChunk("c1", "rules", "Rules", "rules.txt", 0, 0, len(RULES), RULES, 1.0)
 
 
-def answer_for(question: str, embedder, text: str = RULES) -> list[str]:
+def answer_for(question: str, embedder) -> list[str]:
     reading = read_turn(question)
-    rankings = EvidenceSelector(embedder).rank_each(reading.questions, [chunk(text)])
+    rankings = EvidenceSelector(embedder).rank_each(reading.questions, [RULES_CHUNK])
     chosen = choose(reading, rankings, AnswerSettings(answer_sentences=1))
     return [s.text for s in with_antecedents(chosen, rankings[0])]
 
