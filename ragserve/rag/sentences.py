@@ -95,7 +95,7 @@ def _prose_spans(text: str, start: int, end: int) -> list[tuple[str, int, int]]:
                 if ABBREVIATION_END.search(previous)
                 or LIST_NUMBER.fullmatch(previous)
                 or ROW_CELLS in _line_at(text, previous_start)
-                else _wrapped_line(text, previous_end, between)
+                else _wrapped_line(text, previous_start, previous_end, between)
             )
             if joined:
                 spans[-1] = (text[previous_start:last], previous_start, last)
@@ -110,21 +110,30 @@ def _line_at(text: str, position: int) -> str:
     return text[text.rfind("\n", 0, position) + 1 : len(text) if end < 0 else end]
 
 
-def _wrapped_line(text: str, previous_end: int, between: str) -> bool:
+def _wrapped_line(text: str, previous_start: int, previous_end: int, between: str) -> bool:
     """Whether a sentence piece that ends a line goes on in the next line, which starts with
     a capital or a digit (the regex already joins a line going on in lower case): the text was
-    wrapped by hand (a plain-text file, a PDF's lines), so the line is long and ends in a
-    comma or a word that cannot end a sentence ("... to run pipelines from" / "Conductor
-    5.0."), and the next line starts no list item, numbered row, heading or table row. Lines
-    of a list without marks ("Lars Eide — ... — 1 November 2024") end in a name or a date, and
-    a table row or a row of a fixed-width table (wide gaps) ends where it ends."""
+    wrapped by hand (a plain-text file, a PDF's lines), so the line is long, the next line
+    starts no list item, numbered row, heading or table row, and the line ends in a comma, in
+    a word that cannot end a sentence ("... to run pipelines from" / "Conductor 5.0.") or, when
+    the sentence began before the line did (after another sentence on it, or on a line
+    above), in any word ("... they cannot do" / "Friday 28 March after all"): a heading, a
+    list item or a "Label: value" line starts its line. Lines of a list without marks ("Lars
+    Eide — ... — 1 November 2024") end in a name or a date, and a table row or a row of a
+    fixed-width table (wide gaps) ends where it ends."""
     if between.count("\n") != 1 or between.strip(QUOTE_MARKS + "\n"):
         return False
-    line = text[text.rfind("\n", 0, previous_end) + 1 : previous_end].strip()
+    line_start = text.rfind("\n", 0, previous_end) + 1
+    raw_line = text[line_start:previous_end]
+    line = raw_line.strip()
     if len(line) < WRAPPED_LINE_CHARS or "|" in line or COLUMN_GAP.search(line):
         return False
     last = line.rsplit(None, 1)[-1].lower()
-    if not (line.endswith(",") or last in CONTINUING_WORDS):
+    line_opens_at = line_start + len(raw_line) - len(raw_line.lstrip(QUOTE_MARKS))
+    began_before = previous_start != line_opens_at
+    if not (
+        line.endswith(",") or last in CONTINUING_WORDS or (began_before and last[-1].isalnum())
+    ):
         return False
     return not NEW_LINE_ITEM.match(text, previous_end + len(between))
 

@@ -80,3 +80,25 @@ def test_leader_dots_before_a_value_end_no_sentence():
         "Wait....",
         "Then go.",
     ]
+
+
+def test_a_line_wrapped_mid_sentence_goes_on_and_a_line_of_its_own_does_not():
+    notes = (
+        "One change to the plan below. Swift Relocations have told us they cannot do\n"
+        "Friday 28 March after all, so the move itself will now take place on\n"
+        "Saturday 29 March.\n"
+        "Place: Trondheim head office, meeting room Nidelva, and Microsoft Teams\n"
+        "Chair: Kari Nygaard\n"
+        "Lars Eide — finalise the certification plan for the VM-40 Gen 2 — 1 November\n"
+        "Erik Dahl — inform the pilot customers about the new launch date\n"
+    )
+    assert sentences(notes) == [
+        "One change to the plan below.",
+        "Swift Relocations have told us they cannot do\nFriday 28 March after all, so the move "
+        "itself will now take place on\nSaturday 29 March.",
+        # Lines that start with what they say end where they end.
+        "Place: Trondheim head office, meeting room Nidelva, and Microsoft Teams",
+        "Chair: Kari Nygaard",
+        "Lars Eide — finalise the certification plan for the VM-40 Gen 2 — 1 November",
+        "Erik Dahl — inform the pilot customers about the new launch date",
+    ]
