@@ -58,8 +58,8 @@ CONTINUING_WORDS = FUNCTION_WORDS | frozenset(
 COLUMN_GAP = re.compile(r"\S {3,}\S|\t")
 NEW_LINE_ITEM = re.compile(r"[-*•+#|=_]|\d+[.)]\s|\d+\s\s|[A-Z][A-Za-z ]{0,30}:\s")
 LIST_MARK = re.compile(r"^(?:[-*•+]|\d{1,3}\.)\s+")
-# The number of a numbered heading or list item ("6. How to claim a credit").
-LIST_NUMBER = re.compile(r"\d{1,3}\.")
+# The number of a numbered heading or list item ("6. How to claim a credit", "## 2. Remote work").
+LIST_NUMBER = re.compile(r"(?:#+[ \t]*)?\d{1,3}\.")
 # What parts the cells of a table's row line ("Month: July | CSAT: 4.6"; parsers/tables.py).
 ROW_CELLS = " | "
 

@@ -102,3 +102,11 @@ def test_a_line_wrapped_mid_sentence_goes_on_and_a_line_of_its_own_does_not():
         "Lars Eide — finalise the certification plan for the VM-40 Gen 2 — 1 November",
         "Erik Dahl — inform the pilot customers about the new launch date",
     ]
+
+
+def test_a_numbered_heading_is_one_sentence_in_markdown_too():
+    handbook = "## 2. Remote work\n\nMost roles may work from home up to 2 days a week.\n"
+    assert sentences(handbook) == [
+        "## 2. Remote work",
+        "Most roles may work from home up to 2 days a week.",
+    ]
