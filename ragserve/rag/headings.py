@@ -43,9 +43,16 @@ def is_heading(line: str, title: str) -> bool:
 
 def heading_above(text: str, start: int, title: str) -> str:
     """The heading (or FAQ question) that the text at start stands under: the last whole-line
-    heading before start's line, read as a chunk's sentences are; "" if none."""
-    region = text[: text.rfind("\n", 0, start) + 1]
+    heading before start's line, read as a chunk's sentences are; "" if none. The text is read
+    to the end of start's line, so that a line wrapped into it is not taken for a heading."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    region = text if line_end < 0 else text[:line_end]
     for sentence, first, last in reversed(sentence_spans(region)):
-        if is_whole_line(region, first, last) and is_heading(sentence, title):
+        if (
+            last <= line_start
+            and is_whole_line(region, first, last)
+            and is_heading(sentence, title)
+        ):
             return sentence.lstrip("#").strip()
     return ""
