@@ -45,6 +45,7 @@ FEATURES = (
     "kind_match",
     "row_match",
     "top_two_same_document",
+    "unmatched_similarity",
 )
 
 
@@ -61,7 +62,8 @@ def measure(context: EvalContext) -> list[dict[str, Any]]:
         # one embedding call.
         whole = retriever.whole_sentences(everything(), retrieval.chunks)
         ranked = selector.rank_each(reading.questions, whole)[0]
-        measured = signals(reading.query, ranked, retrieval.best_similarity)
+        unmatched = selector.unmatched_similarity(reading.follow_up or reading.query, ranked)
+        measured = signals(reading.query, ranked, retrieval.best_similarity, unmatched)
         rows.append(
             {
                 # The folder too: two sets may both be called questions.jsonl.

@@ -141,8 +141,11 @@ class AnswerService:
             doc_ids = [chunk.doc_id for chunk in chunks]
             documents = await asyncio.to_thread(self.retriever.documents, access, doc_ids)
             row = superlative_row(query, documents)
+        # A follow-up's own words: the earlier question's are the answer's context, not asked.
+        asked = reading.follow_up or query
+        unmatched = await asyncio.to_thread(self.selector.unmatched_similarity, asked, ranked)
         probability = self.answerability.probability(
-            signals(query, ranked, retrieval.best_similarity)
+            signals(query, ranked, retrieval.best_similarity, unmatched)
         )
         selected = time.perf_counter()
         timings = {

@@ -31,17 +31,21 @@ SIGNALS = (
     "kind_match",
     "top_two_same_document",
     "row_match",
+    "unmatched_similarity",
 )
 
 
-def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[str, float]:
+def signals(
+    question: str, ranked: list[Sentence], best_chunk: float, unmatched_similarity: float
+) -> dict[str, float]:
     """What answerability is fitted on, from the ranked evidence sentences: how close the best
     chunk and the best sentence are to the question, how far ahead the best sentence is, how
     much of the question the best sentence covers (with its title and section), how many of
     the question's names, codes and numbers the best sentence's passage lacks, whether the best
     sentence holds the kind of answer asked for, whether the two best sentences agree on a
-    document, and whether the best sentence is a table row whose entity and column the question
-    both names."""
+    document, whether the best sentence is a table row whose entity and column the question
+    both names, and how close the best sentences come to what the question asks beyond the
+    words they share with it (EvidenceSelector.unmatched_similarity)."""
     if not ranked:
         return dict.fromkeys(SIGNALS, 0.0) | {"best_chunk": best_chunk, "missing": 1.0}
     best = ranked[0]
@@ -61,6 +65,7 @@ def signals(question: str, ranked: list[Sentence], best_chunk: float) -> dict[st
             second is not None and second.chunk.doc_id == best.chunk.doc_id
         ),
         "row_match": row_match(question, best.text),
+        "unmatched_similarity": unmatched_similarity,
     }
 
 

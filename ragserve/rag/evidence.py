@@ -25,16 +25,16 @@ in its document. Chunks overlap, so a sentence seen twice counts once.
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
 from ragserve.rag.headings import is_heading, is_whole_line
-from ragserve.rag.question import answer_kind_match, row_named
+from ragserve.rag.question import HOW_MEASURE, answer_kind_match, row_named
 from ragserve.rag.sentences import sentence_spans
-from ragserve.rag.text import DATE, NUMBER, stems
+from ragserve.rag.text import DATE, NUMBER, WORD, stems
 
 # A word of three letters or more: with a number, a short line still states something.
 SHORT_WORD = re.compile(r"[^\W\d_]{3}")
@@ -71,6 +71,8 @@ class Sentence:
     # The heading or FAQ question the sentence stands under in its chunk ("" if none).
     section: str = ""
     kind_match: float = 0.5
+    # The reader model's embedding of the text, when the sentence was ranked by it.
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def as_source(self) -> ScoredChunk:
         """The sentence as a prompt source: its chunk's identity, its own text and span."""
@@ -96,6 +98,18 @@ def overlap_share(question: str, text: str) -> float:
     """Share of the question's content words (stems) that the text contains."""
     asked = stems(question)
     return len(asked & stems(text)) / len(asked) if asked else 0.0
+
+
+def unmatched_words(question: str, text: str) -> str:
+    """The question's words whose stems the text lacks, in order, function words kept: what
+    the question asks beyond what the text names ("who was the father of" for "Who was the
+    father of Subutai?" against a sentence on Subutai); "" when the text names it all. What a
+    "how" asks to measure ("how long", "how heavy") is the kind of answer, which a number
+    states without the word."""
+    held = stems(text)
+    words = WORD.findall(HOW_MEASURE.sub("how", question.lower()))
+    rest = [w for w in words if not stems(w) or not stems(w) <= held]
+    return " ".join(rest) if stems(" ".join(rest)) else ""
 
 
 def _asks_again(question: str, faq_question: str) -> bool:
@@ -170,15 +184,20 @@ class EvidenceSelector:
             }
             # -1 is the least a cosine can be: a sentence under no such question keeps its own.
             lifted = np.array([lifts.get(c.section, -1.0) for c in found])
-            ranked.append(self._scored(question, found, np.maximum(sentences @ vector, lifted)))
+            similarities = np.maximum(sentences @ vector, lifted)
+            ranked.append(self._scored(question, found, similarities, sentences))
         return ranked
 
     def _scored(
-        self, question: str, found: list[Candidate], similarities: np.ndarray
+        self,
+        question: str,
+        found: list[Candidate],
+        similarities: np.ndarray,
+        vectors: np.ndarray,
     ) -> list[Sentence]:
         s = self.settings
         ranked = []
-        for candidate, similarity in zip(found, similarities, strict=True):
+        for candidate, similarity, vector in zip(found, similarities, vectors, strict=True):
             chunk = candidate.chunk
             overlap = overlap_share(question, f"{chunk.title} {candidate.section} {candidate.text}")
             kind = answer_kind_match(question, candidate.text)
@@ -200,9 +219,26 @@ class EvidenceSelector:
                     overlap,
                     candidate.section,
                     kind,
+                    vector,
                 )
             )
         return sorted(ranked, key=lambda sentence: -sentence.score)
+
+    def unmatched_similarity(self, question: str, ranked: list[Sentence]) -> float:
+        """How close the best sentences come to what the question asks beyond the words they
+        share with it: for each of the best few, the reader model's similarity of the
+        question's words it lacks (with its title and section) to the sentence; the highest,
+        1 when one lacks none. A sentence found by the entity a question names but silent on
+        the relation asked for ("the father of") stays low; 0 with no sentence."""
+        best = ranked[: self.settings.sentences]
+        rests = [unmatched_words(question, sentence.context) for sentence in best]
+        if not best or not all(rests):
+            return float(bool(best))
+        unranked = [s.text for s in best if s.vector is None]
+        texts = np.asarray(self.embedder.embed(rests + unranked))
+        embedded = iter(texts[len(best) :])
+        sentences = np.array([next(embedded) if s.vector is None else s.vector for s in best])
+        return float(np.max(np.sum(texts[: len(best)] * sentences, axis=1)))
 
     def select(self, question: str, chunks: list[ScoredChunk]) -> list[Sentence]:
         return self.rank(question, chunks)[: self.settings.sentences]

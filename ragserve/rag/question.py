@@ -38,12 +38,17 @@ TIME = re.compile(
     rf"what month|which month|by when|how soon|until when|deadline|{_ASKED_NOUN}date)\b",
     re.IGNORECASE,
 )
+# "How" and the word after it that names what is measured ("how heavy", "how tight").
+_HOW_MEASURE = (
+    r"how (?!(?:do|does|did|can|could|should|would|will|is|are|was|were|to|about|come)\b)[a-z]+"
+)
+HOW_MEASURE = re.compile(rf"\b{_HOW_MEASURE}\b", re.IGNORECASE)
 QUANTITY = re.compile(
     r"\b(how (many|much|long|often|far|big|large|old|high|heavy|fast|low|soon|deep|wide|"
     r"tall|hot|cold|warm|early|late)|"
     r"\w+ (score|rate|number|price|fee|cost|limit|budget|allowance|percentage) "
     r"(was|is|are|were|of|for|in)|"
-    r"how (?!(?:do|does|did|can|could|should|would|will|is|are|was|were|to|about|come)\b)[a-z]+|"
+    rf"{_HOW_MEASURE}|"
     r"per (?:km|mile|day|week|month|year|hour|night|person|employee|head|unit|item)|"
     r"what (?:do|does|did|will|would) (?:\w+ ){1,3}(?:pay|cost|charge|earn|get)|"
     rf"{_ASKED_NOUN}(?:{MEASURE_NOUNS})s?)\b",

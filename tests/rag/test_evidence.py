@@ -3,7 +3,7 @@
 import pytest
 
 from ragserve.rag.documents import ScoredChunk
-from ragserve.rag.evidence import EvidenceSelector
+from ragserve.rag.evidence import EvidenceSelector, unmatched_words
 
 TEXT = (
     "The depot opens at 06:00 on weekdays. Forklift drivers must hold a valid licence. "
@@ -106,3 +106,26 @@ def test_list_items_and_short_lines_with_a_number_are_evidence(embedder):
     assert "Serves 4." in texts
     # A heading is a section, and a bare list number states nothing.
     assert not {"## Fish soup", "### Ingredients", "1."} & set(texts)
+
+
+def test_unmatched_words_are_what_the_question_asks_beyond_the_text():
+    general = "Subutai was a general of Genghis Khan."
+    assert unmatched_words("Who was the father of Subutai?", general) == "who was the father of"
+    assert unmatched_words("Who was Subutai?", general) == ""
+    # What a "how" measures is the kind of answer, which a number states without the word.
+    warranty = "Warranty: the battery is covered for 2 years."
+    assert unmatched_words("How long is the battery warranty?", warranty) == ""
+    assert unmatched_words("How long is the motor warranty?", warranty) == "how is the motor"
+
+
+def test_a_sentence_on_the_relation_asked_comes_closer_than_one_on_the_entity_only(reader):
+    selector = EvidenceSelector(reader)
+    question = "Who was the father of Subutai?"
+    entity_only = "Subutai directed more than twenty campaigns and won sixty-five battles."
+    relation = "Subutai's father, Jarchigudai, was a blacksmith who brought him to Temüjin."
+    unmatched = [
+        selector.unmatched_similarity(question, selector.rank(question, [document(text)]))
+        for text in (entity_only, relation)
+    ]
+    assert unmatched[0] < 0.5 < unmatched[1]
+    assert selector.unmatched_similarity(question, []) == 0.0
