@@ -31,7 +31,7 @@ import numpy as np
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.embeddings import Embedder
-from ragserve.rag.headings import is_heading, is_whole_line
+from ragserve.rag.headings import heads_section
 from ragserve.rag.question import HOW_MEASURE, answer_kind_match, row_named
 from ragserve.rag.sentences import sentence_spans
 from ragserve.rag.text import DATE, NUMBER, WORD, stems
@@ -130,7 +130,7 @@ class EvidenceSelector:
         for place, chunk in enumerate(chunks):
             section = chunk.heading
             for text, start, end in sentence_spans(chunk.text):
-                if is_whole_line(chunk.text, start, end) and is_heading(text, chunk.title):
+                if heads_section(chunk.text, start, end, chunk.title):
                     section = text.lstrip("#").strip()
                     # A dated heading also states when ("Conductor 5.0 — released 8 April 2025").
                     if not DATE.search(section):

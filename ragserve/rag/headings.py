@@ -11,6 +11,43 @@ HEADING_MAX_WORDS = 12
 LIST_MARKS = "-*•+ \t"
 # A bulleted line ("- 50 g fresh yeast", "• Laptop and charger") is a list's item.
 LIST_ITEM = re.compile(r"^\s*[-*•+]\s")
+# The number a numbered line starts with ("3. Remove the battery", "2) Unplug it").
+LINE_NUMBER = re.compile(r"^[ \t]*(\d{1,3})[.)][ \t]")
+
+
+def heads_section(text: str, start: int, end: int, title: str) -> bool:
+    """Whether the sentence at [start, end) of the text is a heading: a whole line that
+    is_heading, and not a step of a numbered list, whose line the next or the previous line
+    goes on counting ("1. Unscrew the cover" / "2. Lift the battery out"), where numbered
+    headings have their section's text between them."""
+    sentence = text[start:end]
+    return (
+        is_whole_line(text, start, end)
+        and is_heading(sentence, title)
+        and not _numbered_step(text, start)
+    )
+
+
+def _numbered_step(text: str, start: int) -> bool:
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = _line_end(text, line_start)
+    number = _line_number(text[line_start:line_end])
+    if number is None:
+        return False
+    previous_start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
+    previous = text[previous_start : max(previous_start, line_start - 1)]
+    following = text[line_end + 1 : _line_end(text, line_end + 1)]
+    return _line_number(previous) == number - 1 or _line_number(following) == number + 1
+
+
+def _line_end(text: str, position: int) -> int:
+    end = text.find("\n", position)
+    return len(text) if end < 0 else end
+
+
+def _line_number(line: str) -> int | None:
+    found = LINE_NUMBER.match(line)
+    return int(found.group(1)) if found else None
 
 
 def is_whole_line(text: str, start: int, end: int) -> bool:
@@ -49,10 +86,6 @@ def heading_above(text: str, start: int, title: str) -> str:
     line_end = text.find("\n", start)
     region = text if line_end < 0 else text[:line_end]
     for sentence, first, last in reversed(sentence_spans(region)):
-        if (
-            last <= line_start
-            and is_whole_line(region, first, last)
-            and is_heading(sentence, title)
-        ):
+        if last <= line_start and heads_section(region, first, last, title):
             return sentence.lstrip("#").strip()
     return ""

@@ -1,6 +1,6 @@
 """Which heading a place in a document stands under."""
 
-from ragserve.rag.headings import heading_above
+from ragserve.rag.headings import heading_above, heads_section
 
 POLICY = (
     "3. WHAT IS NOT COVERED\n"
@@ -20,3 +20,18 @@ def test_a_wrapped_line_above_is_no_heading():
     # short line without a full stop.
     at = POLICY.index("home, because")
     assert heading_above(POLICY, at, "Home Contents Policy") == "3. WHAT IS NOT COVERED"
+
+
+def test_a_numbered_step_is_no_heading_and_a_numbered_section_is():
+    manual = (
+        "Replacing the battery\n"
+        "1. Unscrew the cover\n"
+        "2. Lift the battery out\n"
+        "\n"
+        "3. Charging\n"
+        "Charge it for 5 hours.\n"
+    )
+    step = manual.index("2. Lift")
+    assert not heads_section(manual, step, step + len("2. Lift the battery out"), "Manual")
+    assert heading_above(manual, step, "Manual") == "Replacing the battery"
+    assert heading_above(manual, manual.index("Charge it"), "Manual") == "3. Charging"
