@@ -4,13 +4,15 @@ never an answer), and retrieval gives a chunk the heading it starts under."""
 
 import re
 
-from ragserve.rag.sentences import LEADER, sentence_spans
+from ragserve.rag.sentences import LEADER, QUOTE_MARKS, sentence_spans
 
 # A line of at most this many words without a full stop, a colon or a table bar is a heading.
 HEADING_MAX_WORDS = 12
 LIST_MARKS = "-*•+ \t"
 # A bulleted line ("- 50 g fresh yeast", "• Laptop and charger") is a list's item.
 LIST_ITEM = re.compile(r"^\s*[-*•+]\s")
+# The subject line of a mail's header names what its message is about.
+MAIL_SUBJECT = re.compile(r"^Subject:[ \t]", re.IGNORECASE)
 # The number a numbered line starts with ("3. Remove the battery", "2) Unplug it").
 LINE_NUMBER = re.compile(r"^[ \t]*(\d{1,3})[.)][ \t]")
 
@@ -51,20 +53,22 @@ def _line_number(line: str) -> int | None:
 
 
 def is_whole_line(text: str, start: int, end: int) -> bool:
+    """Whether [start, end) is its line's text, a quoted line's (after its "> " marks) too."""
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
-    return not text[line_start:start].strip() and not text[end:line_end].strip()
+    return not text[line_start:start].strip(QUOTE_MARKS) and not text[end:line_end].strip()
 
 
 def is_heading(line: str, title: str) -> bool:
     """A line that names what follows rather than stating something: a Markdown heading, a
-    question, the document's title (unless it ends a sentence), or a short line without a full
+    question, a mail's "Subject:" line, the document's title (unless it ends a sentence), or a
+    short line without a full
     stop, colon, table bar or leader dots that is no list item (an ingredient, a checklist's
     step: items state what the list holds, and seldom end with a full stop; a line with leader
     dots pairs a label with its value)."""
     plain = line.strip().lstrip(LIST_MARKS).strip()
-    if plain.startswith("#") or plain.endswith("?"):
+    if plain.startswith("#") or plain.endswith("?") or MAIL_SUBJECT.match(plain):
         return True
     if LIST_ITEM.match(line):
         return False

@@ -35,3 +35,16 @@ def test_a_numbered_step_is_no_heading_and_a_numbered_section_is():
     assert not heads_section(manual, step, step + len("2. Lift the battery out"), "Manual")
     assert heading_above(manual, step, "Manual") == "Replacing the battery"
     assert heading_above(manual, manual.index("Charge it"), "Manual") == "3. Charging"
+
+
+def test_a_mails_subject_line_heads_its_message_quoted_or_not():
+    thread = (
+        "Subject: RE: Office move\n"
+        "The move is now on Saturday.\n"
+        "> Subject: Office move\n"
+        "> Key fobs can be collected at reception.\n"
+    )
+    quoted = thread.index("Subject: Office move")
+    assert heads_section(thread, quoted, quoted + len("Subject: Office move"), "Office move")
+    assert heading_above(thread, thread.index("Key fobs"), "x") == "Subject: Office move"
+    assert heading_above(thread, thread.index("The move"), "x") == "Subject: RE: Office move"
