@@ -63,10 +63,9 @@ def is_whole_line(text: str, start: int, end: int) -> bool:
 def is_heading(line: str, title: str) -> bool:
     """A line that names what follows rather than stating something: a Markdown heading, a
     question, a mail's "Subject:" line, the document's title (unless it ends a sentence), or a
-    short line without a full
-    stop, colon, table bar or leader dots that is no list item (an ingredient, a checklist's
-    step: items state what the list holds, and seldom end with a full stop; a line with leader
-    dots pairs a label with its value)."""
+    short line without a full stop, colon, table bar or leader dots that is no list item (an
+    ingredient, a checklist's step: items state what the list holds, and seldom end with a full
+    stop; a line with leader dots pairs a label with its value)."""
     plain = line.strip().lstrip(LIST_MARKS).strip()
     if plain.startswith("#") or plain.endswith("?") or MAIL_SUBJECT.match(plain):
         return True
