@@ -55,8 +55,7 @@ def _line_number(line: str) -> int | None:
 def is_whole_line(text: str, start: int, end: int) -> bool:
     """Whether [start, end) is its line's text, a quoted line's (after its "> " marks) too."""
     line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    line_end = len(text) if line_end < 0 else line_end
+    line_end = _line_end(text, end)
     return not text[line_start:start].strip(QUOTE_MARKS) and not text[end:line_end].strip()
 
 
@@ -86,8 +85,7 @@ def heading_above(text: str, start: int, title: str) -> str:
     heading before start's line, read as a chunk's sentences are; "" if none. The text is read
     to the end of start's line, so that a line wrapped into it is not taken for a heading."""
     line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", start)
-    region = text if line_end < 0 else text[:line_end]
+    region = text[: _line_end(text, start)]
     for sentence, first, last in reversed(sentence_spans(region)):
         if last <= line_start and heads_section(region, first, last, title):
             return sentence.lstrip("#").strip()
