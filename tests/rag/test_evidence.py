@@ -4,6 +4,7 @@ import pytest
 
 from ragserve.rag.documents import ScoredChunk
 from ragserve.rag.evidence import EvidenceSelector, unmatched_words
+from ragserve.rag.text import stems
 
 TEXT = (
     "The depot opens at 06:00 on weekdays. Forklift drivers must hold a valid licence. "
@@ -116,6 +117,14 @@ def test_unmatched_words_are_what_the_question_asks_beyond_the_text():
     warranty = "Warranty: the battery is covered for 2 years."
     assert unmatched_words("How long is the battery warranty?", warranty) == ""
     assert unmatched_words("How long is the motor warranty?", warranty) == "how is the motor"
+
+
+def test_a_word_with_letters_beyond_ascii_is_one_word():
+    # "kākāpō" was read as "k", "k" and "p", so no sentence could lack it.
+    kiwi = "Kiwi are flightless birds endemic to New Zealand."
+    lacking = unmatched_words("What is the genus of the kākāpō?", kiwi)
+    assert lacking == "what is the genus of the kākāpō"
+    assert stems("Ögedei Khan met in Brattørkaia") == {"ogedei", "khan", "met", "brattørkaia"}
 
 
 def test_a_sentence_on_the_relation_asked_comes_closer_than_one_on_the_entity_only(reader):
