@@ -1,7 +1,9 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# --no-compile: byte-compiling every installed file (torch, Ray, transformers) takes minutes on
+# two cores; Python compiles the modules it imports on first use.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
 
 .PHONY: install browser demo test test-fast lint bench
 

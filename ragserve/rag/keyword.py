@@ -25,6 +25,8 @@ K1 = 1.2
 B = 0.75
 # A query's distinct terms beyond this are ignored: each one is a postings lookup.
 MAX_QUERY_TERMS = 64
+# Letters and digits of any script ("kākāpō" is one word); what keyword search, evidence and
+# answerability all count as a word.
 WORD = re.compile(r"[^\W_]+")
 
 

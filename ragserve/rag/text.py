@@ -3,7 +3,7 @@ check and answerability read."""
 
 import re
 
-from ragserve.rag.keyword import terms
+from ragserve.rag.keyword import WORD, terms
 
 CITATION = re.compile(r"\s*\[(\d+)\]")
 # Articles, prepositions, conjunctions, auxiliaries and determiners: no content word (a
@@ -59,7 +59,6 @@ _MONTH = (
 DATE = re.compile(
     rf"\b\d{{1,2}} {_MONTH} \d{{4}}\b|\b{_MONTH} \d{{1,2}}, \d{{4}}\b|\b\d{{4}}-\d\d-\d\d\b"
 )
-WORD = re.compile(r"[^\W_]+")
 NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 # A number and the word or symbol after it (its unit, when it has one).
 QUANTITY = re.compile(r"(\d[\d,.]*\d|\d)(?:\s?(%|€|\$|£|[A-Za-z]+))?")

@@ -193,13 +193,13 @@ def server(tmp_path_factory, embedder):
     yield from start_server(settings, engine, embedder)
 
 
-def test_a_30_second_soak_of_three_tenants_passes(server, tmp_path):
+def test_a_20_second_soak_of_three_tenants_passes(server, tmp_path):
     keys = [server.key(f"user-{tenant}", tenant=tenant) for tenant in ("acme", "globex", "initech")]
     command = [sys.executable, "-m", "ragserve", "bench", "soak", "--url", server.url]
     for key in keys:
         command += ["--api-key", key]
     command += [
-        *("--duration", "30", "--warmup", "10", "--sample-every", "1"),
+        *("--duration", "20", "--warmup", "8", "--sample-every", "1"),
         *("--capacity-concurrency", "8", "--capacity-requests", "16"),
         *("--max-prompt", "96", "--max-total", "128"),
         *("--out", str(tmp_path), "--json"),

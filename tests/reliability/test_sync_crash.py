@@ -13,10 +13,10 @@ def test_killed_syncs_converge_to_a_clean_sync(backend, tmp_path, request):
     if backend == "postgres":
         store = new_postgres_database(request.getfixturevalue("postgres_server"))
     settings = Settings(data_dir=tmp_path / "data", store=store)
-    report = sync_crash.run(settings, tmp_path, rounds=4, files=300, seed=5)
-    assert report.kills == 4 and report.mid_sync_kills >= 1
+    report = sync_crash.run(settings, tmp_path, rounds=3, files=150, seed=5)
+    assert report.kills == 3 and report.mid_sync_kills >= 1
     assert report.passed, report.problems[:10]
-    assert report.final_documents == report.clean_documents == 300 - 4 * 3 + 4 * 3
+    assert report.final_documents == report.clean_documents == 150 - 3 * 3 + 3 * 3
 
 
 def test_the_check_notices_a_difference(tmp_path):
