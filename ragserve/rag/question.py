@@ -18,7 +18,17 @@ from typing import Literal
 
 from ragserve.rag.parsers.tables import row_cells
 from ragserve.rag.sentences import sentence_spans
-from ragserve.rag.text import NAME_PHRASE, NUMBER_WORDS, UNIT_NAMES, WORD, numbers, stems
+from ragserve.rag.text import (
+    CAPITAL,
+    NAME_PHRASE,
+    NUMBER_WORDS,
+    SMALL,
+    SMALLS,
+    UNIT_NAMES,
+    WORD,
+    numbers,
+    stems,
+)
 
 Expected = Literal["person", "time", "quantity"]
 
@@ -77,7 +87,7 @@ COUNT_WORDS = frozenset(
         "once",
     ]
 )
-PERSON_NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)+")
+PERSON_NAME = re.compile(rf"\b{CAPITAL}{SMALL}+(?: {CAPITAL}{SMALL}+)+")
 # Who answers "who" when no name does: a role, an acronym of one, a desk or a team.
 ROLE = re.compile(
     r"\b(?:[A-Z]{2,5}|(?i:manager|director|officer|head|chair|chairperson|lead|leader|owner|"
@@ -92,7 +102,8 @@ HANDS_ON = re.compile(r"(?:what|how) about\b|what if\b", re.IGNORECASE)
 CLAUSE_WORDS = frozenset({"who", "whom", "whose", "when"})
 # Names (a capital inside a sentence), codes with digits, numbers and acronyms.
 SPECIFIC = re.compile(
-    r"\b(?:[A-Za-z][\w-]*\d[\w-]*|\d[\d,.]*|[A-Z]{2,}[\w-]*)\b|(?<=[a-z,;] )[A-Z][a-z]+"
+    rf"\b(?:[^\W\d_][\w-]*\d[\w-]*|\d[\d,.]*|{CAPITAL}{{2,}}[\w-]*)\b"
+    rf"|(?<=[{SMALLS},;] ){CAPITAL}{SMALL}+"
 )
 
 

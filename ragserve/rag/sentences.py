@@ -4,7 +4,7 @@ written as a line of prose."""
 
 import re
 
-from ragserve.rag.text import FUNCTION_WORDS
+from ragserve.rag.text import CAPITAL, FUNCTION_WORDS
 
 # A sentence ends at . ! ? before a space or the end ("6.3" stays whole), or at a line break
 # unless the next line goes on in lower case (a paragraph wrapped by hand, in a quote of an
@@ -56,7 +56,7 @@ CONTINUING_WORDS = FUNCTION_WORDS | frozenset(
     ]
 )
 COLUMN_GAP = re.compile(r"\S {3,}\S|\t")
-NEW_LINE_ITEM = re.compile(r"[-*•+#|=_]|\d+[.)]\s|\d+\s\s|[A-Z][A-Za-z ]{0,30}:\s")
+NEW_LINE_ITEM = re.compile(rf"[-*•+#|=_]|\d+[.)]\s|\d+\s\s|{CAPITAL}(?:[^\W\d_]| ){{0,30}}:\s")
 LIST_MARK = re.compile(r"^(?:[-*•+]|\d{1,3}\.)\s+")
 # The number of a numbered heading or list item ("6. How to claim a credit", "## 2. Remote work").
 LIST_NUMBER = re.compile(r"(?:#+[ \t]*)?\d{1,3}\.")

@@ -86,8 +86,13 @@ UNIT_CODE = re.compile(r"[A-Z]{2,4}")
 NEGATION = re.compile(
     r"\b(not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE
 )
+# The capital and the small letters of the Latin, Greek and Cyrillic alphabets, for character
+# classes: `re` has no Unicode case classes, and names are not all ASCII ("Øystein", "Émile").
+CAPITALS = "".join(re.escape(c) for c in map(chr, range(0x530)) if c.isupper())
+SMALLS = "".join(re.escape(c) for c in map(chr, range(0x530)) if c.islower())
+CAPITAL, SMALL = f"[{CAPITALS}]", f"[{SMALLS}]"
 # Capitalised words (with inner hyphens or apostrophes) joined by single spaces or hyphens.
-NAME_PHRASE = re.compile(r"[A-Z][\w'’]*(?:[ -][A-Z][\w'’]*)+")
+NAME_PHRASE = re.compile(rf"{CAPITAL}[\w'’]*(?:[ -]{CAPITAL}[\w'’]*)+")
 STOPWORDS = FUNCTION_WORDS | frozenset(
     [
         "answer",
@@ -193,7 +198,7 @@ def introduced_names(sentence: str, question: str) -> list[str]:
     """Capitalised words after a sentence's first word that the question does not give: the
     names a claim introduces ("Sofie", "Tallinn")."""
     asked = _normalised(question)
-    words = re.findall(r"(?<=[\w,;:)] )[A-Z][\w'’-]+", sentence)
+    words = re.findall(rf"(?<=[\w,;:)] ){CAPITAL}[\w'’-]+", sentence)
     return [w for w in words if f" {w.lower()} " not in asked]
 
 

@@ -173,3 +173,14 @@ def test_the_askers_situation_is_not_what_the_evidence_must_name():
     assert missing_share("How much partner leave do I get in June?", leave) == 1.0
     # A question without a question mark is asked as a whole.
     assert missing_share("partner leave in June", leave) == 1.0
+
+
+def test_names_beyond_ascii_are_names():
+    # Capitals were A-Z only: "Ålesund" was no name the evidence must hold, and "Øystein
+    # Ødegård" no person answering "who".
+    question = "Who chaired the steering meeting in Ålesund?"
+    assert missing_share(question, "The steering group met in Bergen.") == 1.0
+    assert missing_share(question, "The steering group met in Ålesund.") == 0.0
+    assert answer_kind_match(question, "The meeting was chaired by Øystein Ødegård.") == 1.0
+    assert answer_kind_match(question, "The meeting was chaired by nobody in particular.") == 0.0
+    assert specific_kind("Ålesund") == "name" and specific_kind("ÆØÅ") == "acronym"
