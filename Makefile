@@ -1,9 +1,12 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# --no-compile: byte-compiling every installed file (torch, Ray, transformers) takes minutes on
-# two cores; Python compiles the modules it imports on first use.
+# pip byte-compiles what it installs on one core (minutes for torch, Ray and transformers);
+# compileall does it on every core. Compiled they must be: where PYTHONDONTWRITEBYTECODE is set,
+# nothing compiled on import is kept, and every process would compile its imports again. A few
+# of torch's files are written for newer Pythons and do not compile; pip skips them too.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check --no-compile
+COMPILE := $(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 
 .PHONY: install browser demo test test-fast lint bench
 
@@ -13,11 +16,13 @@ $(VENV)/.installed: pyproject.toml requirements-assets.txt
 	python3 -m venv $(VENV)
 	$(PIP) -e '.[dev]'
 	$(PIP) --no-deps -r requirements-assets.txt
+	$(COMPILE)
 	touch $@
 
 # Ray Serve, for the tests of serving on several replicas (optional for users: ragserve[ray]).
 $(VENV)/.ray: $(VENV)/.installed
 	$(PIP) -e '.[ray]'
+	$(COMPILE)
 	touch $@
 
 # Indexes 1,000 Wikipedia articles and two board-only memos (once), prints four keys (readers,
