@@ -41,13 +41,19 @@ SOURCES = (
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
 AMX_SMALL_BATCH_ROWS = 2
-# int8 weights: their kernel streams half bfloat16's bytes, 1.2-1.7× faster than bfloat16 dot
-# products at 1-8 rows with AVX-512 (VNNI); oneDNN on the widened copy ties at 12 and wins at 16
-# (with AMX: 1.1× the kernel at 8 rows, a tie at 10, 0.9× at 12).
+# int8 weights: their kernel streams half bfloat16's bytes. With AVX-512 BF16 and no AMX it leads
+# oneDNN's bfloat16 matmul on the widened copy to 12 rows over every projection of SmolLM2 (6.4
+# against 14.4 ms at 4 rows, 10.4 / 16.2 at 8, 15.8 / 18.1 at 12), ties at 16 and trails from 24.
+# With AMX oneDNN was 1.1× the kernel at 8 rows, a tie at 10 (measured before the packed layout).
 # Without a bfloat16 matmul the copy is float32, a quarter of the kernel's speed of reading, and
 # the kernel's AVX2 form stays ahead of oneDNN on it to 128 rows (AVX2 code on the AVX-512 BF16
 # machine, docs/benchmarks.md): there it takes what the float32 kernel takes.
-INT8_SMALL_BATCH_ROWS = 8
+INT8_SMALL_BATCH_ROWS = 12
+INT8_AMX_SMALL_BATCH_ROWS = 8
+# The int8 kernel's weight layout (pack_int8): rows interleaved in tiles of this many, each row
+# a chunk of this many columns at a time, so that a tile is one sequential stream.
+INT8_TILE_ROWS = 4
+INT8_CHUNK = 64
 
 
 CSRC = Path(__file__).parent / "csrc"
@@ -104,7 +110,9 @@ def extension() -> ModuleType | None:
 def small_batch_rows(weight: torch.Tensor) -> int:
     """Inputs up to this many rows go through the small-batch kernel (SMALL_BATCH_ROWS)."""
     if weight.dtype == torch.int8:
-        return INT8_SMALL_BATCH_ROWS if native_bf16() else SMALL_BATCH_ROWS
+        if not native_bf16():
+            return SMALL_BATCH_ROWS
+        return INT8_AMX_SMALL_BATCH_ROWS if "amx_bf16" in cpu_flags() else INT8_SMALL_BATCH_ROWS
     if weight.dtype == torch.bfloat16 and native_bf16():
         if "amx_bf16" in cpu_flags():
             return AMX_SMALL_BATCH_ROWS
@@ -120,6 +128,7 @@ def linear(
     invariant: bool = False,
     long_input: torch.Tensor | None = None,
     scale: torch.Tensor | None = None,
+    row_sums: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias) -> [M, N] in out_dtype (default: x's dtype).
 
@@ -130,16 +139,17 @@ def linear(
     the rounding) by M, so past small_batch_rows the fast path can give a row other low bits
     in a larger batch.
     long_input: what longer inputs multiply instead of the weight (long_input_weight).
-    scale: an int8 weight's per-row scales (the weight is weight * scale[:, None]); its kernel
-    rounds each row of x to int16 (2^-15 of the row's largest magnitude) and sums exactly
-    in integers; without the kernels, and past its rows, x multiplies long_input.
+    scale, row_sums: an int8 weight's per-row scales and sums, the weight packed (pack_int8;
+    its values are unpack_int8(weight, N, K) * scale[:, None]); its kernel rounds each row of x
+    to int16 (2^-15 of the row's largest magnitude) and sums exactly in integers; without the
+    kernels, and past its rows, x multiplies long_input.
     """
     kernels = extension()
     small = invariant or x.shape[0] <= small_batch_rows(weight)
     out_dtype = out_dtype or x.dtype
     if weight.dtype == torch.int8:
         if kernels is not None and small:
-            return kernels.int8_linear(x, weight, scale, bias, out_dtype)
+            return kernels.int8_linear(x, weight, row_sums, scale, bias, out_dtype)
         # long_input holds the rounded weight as the matmul below takes it.
         weight, long_input = long_input, None
     elif kernels is not None and small:
@@ -158,6 +168,26 @@ def linear(
     else:
         y = F.linear(x, matrix, bias)
     return y.to(out_dtype)
+
+
+def pack_int8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int8 weight [N, K] as the int8 kernel reads it (csrc/int8_linear.cpp): tiles of
+    INT8_TILE_ROWS rows, each INT8_CHUNK columns of the tile's first row, then of its second,
+    and so on, zero-padded to whole tiles and chunks; and the padded rows' int32 sums."""
+    n, k = values.shape
+    rows = -(-n // INT8_TILE_ROWS) * INT8_TILE_ROWS
+    columns = -(-k // INT8_CHUNK) * INT8_CHUNK
+    padded = torch.zeros(rows, columns, dtype=torch.int8)
+    padded[:n, :k] = values
+    tiles = padded.view(rows // INT8_TILE_ROWS, INT8_TILE_ROWS, columns // INT8_CHUNK, INT8_CHUNK)
+    return tiles.transpose(1, 2).contiguous(), padded.sum(dim=1, dtype=torch.int32)
+
+
+def unpack_int8(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The [N, K] int8 weight that pack_int8 packed."""
+    tiles, chunks = packed.shape[:2]
+    rows = packed.transpose(1, 2).reshape(tiles * INT8_TILE_ROWS, chunks * INT8_CHUNK)
+    return rows[:n, :k]
 
 
 def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:

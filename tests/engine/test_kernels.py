@@ -80,6 +80,34 @@ def int8_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(weight / scale[:, None]).to(torch.int8), scale
 
 
+def int8_linear(x, q, scale, bias, out_dtype):
+    packed, row_sums = kernels.pack_int8(q)
+    return kernels.extension().int8_linear(x, packed, row_sums, scale, bias, out_dtype)
+
+
+def test_packing_an_int8_weight_keeps_its_values():
+    q = torch.randint(-128, 128, (37, 203), dtype=torch.int8)
+    packed, row_sums = kernels.pack_int8(q)
+    assert packed.shape == (10, 4, kernels.INT8_TILE_ROWS, kernels.INT8_CHUNK)
+    assert torch.equal(kernels.unpack_int8(packed, 37, 203), q)
+    assert torch.equal(row_sums[:37], q.sum(dim=1, dtype=torch.int32))
+    assert not row_sums[37:].any()
+
+
+def test_the_int8_kernel_sums_extreme_weights_and_inputs_exactly():
+    """Weights of -128 and 127 against inputs at the ends of their int16 range, over K past
+    one block of integer sums: the integer sums neither overflow nor lose the high bytes'
+    offset (csrc/int8_linear.cpp)."""
+    k = 40000
+    q = torch.tensor(
+        [[-128] * k, [127] * k, [-128, 127] * (k // 2), [1] * k, [0] * k], dtype=torch.int8
+    )
+    x = torch.tensor([[1.0] * k, [-1.0] * k, [1.0, -1.0] * (k // 2)])
+    got = int8_linear(x, q, torch.ones(5), None, torch.float32)
+    expected = x.double() @ q.double().T
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("x_dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 3, 4, 5, 9])
 @pytest.mark.parametrize("k", [31, 64, 203, 576, 4099])
@@ -94,11 +122,11 @@ def test_int8_kernel_matches_the_float_product_with_its_weight(x_dtype, rows, k)
     bias = torch.randn(37)
     weight = q.double() * scale.double()[:, None]
     expected = x.double() @ weight.T + bias.double()
-    got = kernels.extension().int8_linear(x, q, scale, bias, torch.float32)
+    got = int8_linear(x, q, scale, bias, torch.float32)
     step = x.double().abs().amax(dim=1, keepdim=True) / 32767
     bound = 0.5 * step * weight.abs().sum(dim=1) + k * 2**-22 * (x.double().abs() @ weight.abs().T)
     assert ((got.double() - expected).abs() <= bound + 1e-5).all()
-    rounded = kernels.extension().int8_linear(x, q, scale, bias, torch.bfloat16)
+    rounded = int8_linear(x, q, scale, bias, torch.bfloat16)
     assert torch.equal(rounded, got.to(torch.bfloat16)), "bfloat16 output is the rounded float32"
 
 
@@ -106,10 +134,11 @@ def test_int8_rows_do_not_depend_on_the_batch():
     torch.manual_seed(0)
     q, scale = int8_weight(960, 576)
     x = torch.randn(kernels.SMALL_BATCH_ROWS, 576).to(torch.bfloat16)
-    linear = kernels.extension().int8_linear
-    alone = torch.cat([linear(x[i : i + 1], q, scale, None, torch.float32) for i in range(len(x))])
+    alone = torch.cat(
+        [int8_linear(x[i : i + 1], q, scale, None, torch.float32) for i in range(len(x))]
+    )
     for rows in (2, 3, 4, 7, kernels.SMALL_BATCH_ROWS):
-        assert torch.equal(linear(x[:rows], q, scale, None, torch.float32), alone[:rows])
+        assert torch.equal(int8_linear(x[:rows], q, scale, None, torch.float32), alone[:rows])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -124,7 +153,8 @@ def test_an_int8_projection_rounds_each_weight_to_within_half_its_row_step(path,
     projection = Projection.of(original.clone(), bias)
     projection.to_int8()
     assert projection.weight.dtype == torch.int8 and projection.scale.shape == (37,)
-    rounded = projection.weight.float() * projection.scale[:, None]
+    values = kernels.unpack_int8(projection.weight, 37, 203)
+    rounded = values.float() * projection.scale[:, None]
     step = original.float().abs().amax(dim=1, keepdim=True) / 127
     assert ((rounded - original.float()).abs() <= step / 2 + 1e-6).all()
     x = torch.randn(rows, 203).to(dtype)
@@ -373,7 +403,7 @@ def test_an_int8_projection_with_bfloat16_inputs_works_without_a_bfloat16_matmul
     torch.manual_seed(0)
     projection = Projection.of(torch.randn(37, 203).bfloat16(), torch.randn(37).bfloat16())
     projection.to_int8()
-    rounded = projection.weight.float() * projection.scale[:, None]
+    rounded = kernels.unpack_int8(projection.weight, 37, 203).float() * projection.scale[:, None]
     x = torch.randn(40, 203).bfloat16()
     expected = F.linear(x.float(), rounded, projection.bias.float())
     got = projection(x, out_dtype=torch.float32)
@@ -401,7 +431,7 @@ def test_a_float32_int8_projection_keeps_its_rounded_values_in_onednn_layout():
     projection = Projection.of(torch.randn(37, 203))
     projection.to_int8()
     assert projection.long_input.is_mkldnn
-    rounded = projection.weight.float() * projection.scale[:, None]
+    rounded = kernels.unpack_int8(projection.weight, 37, 203).float() * projection.scale[:, None]
     x = torch.randn(300, 203)
     torch.testing.assert_close(projection(x), F.linear(x, rounded), atol=1e-4, rtol=1e-4)
 
@@ -414,7 +444,7 @@ def test_an_int8_projection_serves_long_inputs_without_onednn(monkeypatch):
     projection.to_int8()
     assert projection.long_input is not None and not projection.long_input.is_mkldnn
     x = torch.randn(40, 203).to(torch.bfloat16)
-    rounded = projection.weight.float() * projection.scale[:, None]
+    rounded = kernels.unpack_int8(projection.weight, 37, 203).float() * projection.scale[:, None]
     expected = F.linear(x.float(), rounded.to(torch.bfloat16).float())
     got = projection(x, out_dtype=torch.float32)
     torch.testing.assert_close(got, expected, atol=0.15, rtol=0.015)

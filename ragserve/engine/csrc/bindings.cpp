@@ -15,7 +15,7 @@ at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta, at::
 void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin, int64_t heads,
                    int64_t head_dim);
 at::Tensor silu_mul(at::Tensor gate_up);
-at::Tensor int8_linear(at::Tensor x, at::Tensor qweight, at::Tensor scale,
+at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor row_sums, at::Tensor scale,
                        c10::optional<at::Tensor> bias, at::ScalarType out_dtype);
 void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask);
 
@@ -30,8 +30,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "
         "independent of the others");
   m.def("int8_linear", &int8_linear,
-        "(x Q^T) * scale (+ bias) for an int8 weight with per-row scales, float32 arithmetic; "
-        "each row's result independent of the others");
+        "(x Q^T) * scale (+ bias) for an int8 weight packed by kernels.pack_int8, with per-row "
+        "scales; exact integer sums, each row's result independent of the others");
   m.def("add_rms_norm", &add_rms_norm, "hidden += delta in place, then RMSNorm(hidden) * weight");
   m.def("rope_in_place", &rope_in_place, "RoPE on the first heads of each row, in place");
   m.def("silu_mul", &silu_mul, "SiLU(gate) * up of a fused gate_up matrix");
