@@ -10,7 +10,14 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
-from ragserve.engine.kernels import linear, long_input_weight, onednn_layout, pack_int8
+from ragserve.engine.kernels import (
+    linear,
+    long_input_weight,
+    onednn_layout,
+    pack_int8,
+    small_batch_weight,
+    unpack_rows,
+)
 
 if TYPE_CHECKING:  # models/ builds on these layers; importing it here would be circular
     from ragserve.engine.models.spec import ModelSpec
@@ -46,7 +53,8 @@ class Projection:
     for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
     without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
     kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
-    weights on every forward pass.
+    weights on every forward pass. Where that copy exists and the CPU has bfloat16 dot products
+    the weight itself is packed for the small-batch kernel (kernels.small_batch_weight).
 
     An int8 projection (to_int8) holds the weight as int8 with one float32 scale per row, packed
     for its kernel (kernels.pack_int8) with the rows' sums."""
@@ -59,14 +67,15 @@ class Projection:
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
-        return cls(weight, bias, long_input_weight(weight))
+        long_input = long_input_weight(weight)
+        return cls(small_batch_weight(weight, long_input), bias, long_input)
 
     def to_int8(self) -> None:
         """Round the weight to int8 per row, symmetric (scale: the row's largest magnitude /
         127), in place. Decode-sized inputs then stream half the bytes of bfloat16; longer ones
         multiply the rounded values, widened once here to the weight's dtype."""
         dtype = self.weight.dtype
-        wide = self.weight.float()
+        wide = (unpack_rows(self.weight) if self.weight.dim() == 4 else self.weight).float()
         scale = wide.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
         values = torch.round(wide / scale[:, None]).to(torch.int8)
         self.weight, self.row_sums = pack_int8(values)

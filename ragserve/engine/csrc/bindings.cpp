@@ -15,6 +15,8 @@ at::Tensor add_rms_norm(at::Tensor hidden, c10::optional<at::Tensor> delta, at::
 void rope_in_place(at::Tensor x, at::Tensor positions, at::Tensor cos_sin, int64_t heads,
                    int64_t head_dim);
 at::Tensor silu_mul(at::Tensor gate_up);
+at::Tensor packed_bf16_linear(at::Tensor x, at::Tensor packed, c10::optional<at::Tensor> bias,
+                              at::ScalarType out_dtype);
 at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor row_sums, at::Tensor scale,
                        c10::optional<at::Tensor> bias, at::ScalarType out_dtype);
 void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask);
@@ -29,6 +31,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("small_batch_linear", &small_batch_linear,
         "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "
         "independent of the others");
+  m.def("packed_bf16_linear", &packed_bf16_linear,
+        "x W^T (+ bias) for a bfloat16 weight packed by kernels.pack_rows, float32 accumulation; "
+        "each row's result independent of the others");
   m.def("int8_linear", &int8_linear,
         "(x Q^T) * scale (+ bias) for an int8 weight packed by kernels.pack_int8, with per-row "
         "scales; exact integer sums, each row's result independent of the others");
