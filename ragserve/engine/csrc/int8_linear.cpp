@@ -18,8 +18,9 @@
 // offset by 128 and the weight row's sum (row_sums) takes the offset back out. Elsewhere the
 // weights widen to int16 (vpmaddwd with AVX2). Every output is the same integer whatever M is.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
+
+#include "linear_output.h"
 
 #include <immintrin.h>  // SSE (x86-64's baseline) for the scaling on every path; AVX2, AVX-512
 
@@ -75,8 +76,8 @@ static inline __m128i sum4(const __m512i* v) {
 // arrays of at most eight, in a function of their own, stay in registers.
 template <int kRowsM>
 __attribute__((noinline)) static void tile_sums(const uint8_t* x_low, const uint8_t* x_high,
-                                                const int8_t* tile, int64_t c0, int64_t c_end, int64_t k_size,
-                                                __m256i (&products)[kRowsM]) {
+                                                const int8_t* tile, int64_t c0, int64_t c_end,
+                                                int64_t k_size, __m256i (&products)[kRowsM]) {
   __m512i low[kRowsM * 4], high[kRowsM * 4];
   for (int i = 0; i < kRowsM * 4; ++i) low[i] = _mm512_setzero_si512();
   for (int i = 0; i < kRowsM * 4; ++i) high[i] = _mm512_setzero_si512();
@@ -202,7 +203,8 @@ static inline void tile_dots(const Rows& x, int64_t m, const int8_t* tile,
   // The high bytes were offset by 128, so their sums hold 128 * 256 times each row's sum more.
   const __m256i offset = _mm256_slli_epi64(
       _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row_sums))), 15);
-  for (int i = 0; i < kRowsM; ++i) dots[i] = _mm256_cvtepi64_ps(_mm256_sub_epi64(products[i], offset));
+  for (int i = 0; i < kRowsM; ++i)
+    dots[i] = _mm256_cvtepi64_ps(_mm256_sub_epi64(products[i], offset));
 }
 #else
 template <int kRowsM>
@@ -238,8 +240,9 @@ static inline __m128 load4(const float* p, int64_t width) {
 }
 
 template <int kRowsM, typename y_t>
-static inline void tile_outputs(const Rows& x, int64_t m, const int8_t* tile, int64_t n0, const int32_t* row_sums, const float* scale,
-                                const float* bias, y_t* y, int64_t n_size) {
+static inline void tile_outputs(const Rows& x, int64_t m, const int8_t* tile, int64_t n0,
+                                const int32_t* row_sums, const float* scale, const float* bias,
+                                y_t* y, int64_t n_size) {
   __m128 dots[kRowsM];
   tile_dots<kRowsM>(x, m, tile, row_sums + n0, dots);
   const int64_t width = std::min(kTileRows, n_size - n0);
@@ -287,22 +290,13 @@ at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor row_sums, at:
   TORCH_CHECK(row_sums.scalar_type() == at::kInt && row_sums.is_contiguous() &&
                   row_sums.numel() == packed.size(0) * kTileRows,
               "row_sums must be the packed rows' int32 sums");
-  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
-              "out_dtype must be float32 or bfloat16");
+  auto out = linear_output(x, bias, m, n, out_dtype);
   auto x32 = x.to(at::kFloat).contiguous();
-  at::Tensor bias32;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == n, "bias must have N elements");
-    bias32 = bias->to(at::kFloat).contiguous();
-  }
-  const float* bias_ptr = bias.has_value() ? bias32.data_ptr<float>() : nullptr;
-  auto y = at::empty({m, n}, x.options().dtype(out_dtype));
   const Rows rows = quantize_rows(x32.data_ptr<float>(), m, k, k_padded);
   const int8_t* q = packed.data_ptr<int8_t>();
   const int32_t* sums = row_sums.data_ptr<int32_t>();
-  if (out_dtype == at::kBFloat16)
-    int8_rows(rows, q, sums, scale.data_ptr<float>(), bias_ptr, y.data_ptr<at::BFloat16>(), m, n);
-  else
-    int8_rows(rows, q, sums, scale.data_ptr<float>(), bias_ptr, y.data_ptr<float>(), m, n);
-  return y;
+  with_output(out.y, [&](auto* y) {
+    int8_rows(rows, q, sums, scale.data_ptr<float>(), out.bias, y, m, n);
+  });
+  return out.y;
 }

@@ -15,9 +15,9 @@
 // and no AMX a draft-less token's projections went from 7.6 to 4.4 ms (35 -> 61 GB/s of the
 // weight stream at one row), and the AVX2 tiles were compute-bound long before the memory was.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
+#include "linear_output.h"
 #include "widen.h"
 
 #include <algorithm>
@@ -242,15 +242,6 @@ static void dot_rows(const uint16_t* x, const uint16_t* w, const float* bias, y_
 }
 #endif
 
-template <typename w_t>
-static void dispatch_output(const float* x, const w_t* w, const float* bias, at::Tensor& y,
-                            int64_t m, int64_t n, int64_t k) {
-  if (y.scalar_type() == at::kBFloat16)
-    linear_rows(x, w, bias, y.data_ptr<at::BFloat16>(), m, n, k);
-  else
-    linear_rows(x, w, bias, y.data_ptr<float>(), m, n, k);
-}
-
 }  // namespace
 
 at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> bias,
@@ -258,34 +249,26 @@ at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at:
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2, "x and weight must be matrices");
   TORCH_CHECK(x.size(1) == weight.size(1), "x and weight differ in K");
   TORCH_CHECK(weight.is_contiguous(), "weight must be contiguous");
-  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
-              "out_dtype must be float32 or bfloat16");
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
-  at::Tensor bias32;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == n, "bias must have N elements");
-    bias32 = bias->to(at::kFloat).contiguous();
-  }
-  const float* bias_ptr = bias.has_value() ? bias32.data_ptr<float>() : nullptr;
-  auto y = at::empty({m, n}, x.options().dtype(out_dtype));
+  auto out = linear_output(x, bias, m, n, out_dtype);
 #ifdef RAGSERVE_BF16_DOT
   if (x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16) {
     auto xs = x.contiguous();
     const auto* x_bits = reinterpret_cast<const uint16_t*>(xs.data_ptr<at::BFloat16>());
     const auto* w_bits = reinterpret_cast<const uint16_t*>(weight.data_ptr<at::BFloat16>());
-    if (out_dtype == at::kBFloat16)
-      dot_rows(x_bits, w_bits, bias_ptr, y.data_ptr<at::BFloat16>(), m, n, k);
-    else
-      dot_rows(x_bits, w_bits, bias_ptr, y.data_ptr<float>(), m, n, k);
-    return y;
+    with_output(out.y, [&](auto* y) { dot_rows(x_bits, w_bits, out.bias, y, m, n, k); });
+    return out.y;
   }
 #endif
   auto x32 = x.to(at::kFloat).contiguous();
+  const float* xs = x32.data_ptr<float>();
   if (weight.scalar_type() == at::kBFloat16) {
-    dispatch_output(x32.data_ptr<float>(), weight.data_ptr<at::BFloat16>(), bias_ptr, y, m, n, k);
+    const auto* w = weight.data_ptr<at::BFloat16>();
+    with_output(out.y, [&](auto* y) { linear_rows(xs, w, out.bias, y, m, n, k); });
   } else {
     TORCH_CHECK(weight.scalar_type() == at::kFloat, "weight must be float32 or bfloat16");
-    dispatch_output(x32.data_ptr<float>(), weight.data_ptr<float>(), bias_ptr, y, m, n, k);
+    const auto* w = weight.data_ptr<float>();
+    with_output(out.y, [&](auto* y) { linear_rows(xs, w, out.bias, y, m, n, k); });
   }
-  return y;
+  return out.y;
 }

@@ -9,9 +9,9 @@
 // weight. Each (x row, weight row) pair has its own accumulator fed chunk by chunk in order and
 // summed across its lanes in one fixed tree, so a row's result does not depend on its batch.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 
+#include "linear_output.h"
 #include "widen.h"
 
 #include <algorithm>
@@ -126,15 +126,6 @@ static void packed_rows(const x_t* x, const uint16_t* w, const float* bias, y_t*
   });
 }
 
-template <typename x_t>
-static void dispatch_output(const x_t* x, const uint16_t* w, const float* bias, at::Tensor& y,
-                            int64_t m, int64_t n, int64_t k) {
-  if (y.scalar_type() == at::kBFloat16)
-    packed_rows(x, w, bias, y.data_ptr<at::BFloat16>(), m, n, k);
-  else
-    packed_rows(x, w, bias, y.data_ptr<float>(), m, n, k);
-}
-
 }  // namespace
 #endif
 
@@ -147,25 +138,18 @@ at::Tensor packed_bf16_linear(at::Tensor x, at::Tensor packed, c10::optional<at:
               "packed must be a contiguous bfloat16 [tiles, chunks, 4, 32] (kernels.pack_rows)");
   const int64_t m = x.size(0), n = packed.size(0) * kTileRows, k = packed.size(1) * kChunk;
   TORCH_CHECK(x.size(1) == k, "x and packed differ in K");
-  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
-              "out_dtype must be float32 or bfloat16");
-  at::Tensor bias32;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == n, "bias must have N elements");
-    bias32 = bias->to(at::kFloat).contiguous();
-  }
-  const float* bias_ptr = bias.has_value() ? bias32.data_ptr<float>() : nullptr;
-  auto y = at::empty({m, n}, x.options().dtype(out_dtype));
+  auto out = linear_output(x, bias, m, n, out_dtype);
   const auto* w = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
   if (x.scalar_type() == at::kBFloat16) {
     auto xs = x.contiguous();
-    dispatch_output(reinterpret_cast<const uint16_t*>(xs.data_ptr<at::BFloat16>()), w, bias_ptr,
-                    y, m, n, k);
+    const auto* x_bits = reinterpret_cast<const uint16_t*>(xs.data_ptr<at::BFloat16>());
+    with_output(out.y, [&](auto* y) { packed_rows(x_bits, w, out.bias, y, m, n, k); });
   } else {
     auto x32 = x.to(at::kFloat).contiguous();
-    dispatch_output(x32.data_ptr<float>(), w, bias_ptr, y, m, n, k);
+    const float* xs = x32.data_ptr<float>();
+    with_output(out.y, [&](auto* y) { packed_rows(xs, w, out.bias, y, m, n, k); });
   }
-  return y;
+  return out.y;
 #else
   TORCH_CHECK(false, "packed bfloat16 weights need AVX-512 BF16 (kernels.pack_rows packs none "
                      "without it)");
