@@ -39,7 +39,7 @@ SOURCES = (
 # 6, 1.7× at 12). Over every projection alone the dot products lead it at 3-5 rows too (1.2× at
 # 3, 1.04× at 5), but in the engine one sequence's 5-row verify steps took 18.9 ms p50 through
 # the kernel against 18.6 through oneDNN (steps alternating the two), so the kernel stops at 2.
-# With AVX-512 BF16 and no AMX, on packed weights (small_batch_weight) the dot products lead
+# With AVX-512 BF16 and no AMX, on packed weights (packing.small_batch_weight) the dot products lead
 # oneDNN to 12 rows (8.2 against 13.6 ms over every projection of SmolLM2 at 4 rows, 10.9 / 15.5
 # at 8, 15.8 / 17.7 at 12) and trail from 16 (22.0 / 20.2).
 SMALL_BATCH_ROWS = 32
@@ -55,12 +55,6 @@ AMX_SMALL_BATCH_ROWS = 2
 # machine, docs/benchmarks.md): there it takes what the float32 kernel takes.
 INT8_SMALL_BATCH_ROWS = 12
 INT8_AMX_SMALL_BATCH_ROWS = 8
-# The packed weight layout (pack_rows): rows interleaved in tiles of this many, each row a chunk
-# of columns at a time (one AVX-512 vector: 64 int8 or 32 bfloat16 values), so that a tile is one
-# sequential stream.
-TILE_ROWS = 4
-INT8_CHUNK = 64
-BF16_CHUNK = 32
 
 
 CSRC = Path(__file__).parent / "csrc"
@@ -146,7 +140,7 @@ def linear(
     the rounding) by M, so past small_batch_rows the fast path can give a row other low bits
     in a larger batch.
     long_input: what longer inputs multiply instead of the weight (long_input_weight).
-    scale, row_sums: an int8 weight's per-row scales and sums, the weight packed (pack_int8;
+    scale, row_sums: an int8 weight's per-row scales and sums, the weight packed (packing.pack_int8;
     its values are unpack_rows(weight, N, K) * scale[:, None]); its kernel rounds each row of x
     to int16 (2^-15 of the row's largest magnitude) and sums exactly in integers; without the
     kernels, and past its rows, x multiplies long_input.
@@ -160,7 +154,7 @@ def linear(
         # long_input holds the rounded weight as the matmul below takes it.
         weight, long_input = long_input, None
     elif weight.dim() == 4:
-        # Packed (small_batch_weight): long_input holds the values for long bfloat16 inputs.
+        # Packed (packing.small_batch_weight): long_input holds the values for long bfloat16 inputs.
         if kernels is not None and (small or x.dtype != torch.bfloat16):
             return kernels.packed_bf16_linear(x, weight, bias, out_dtype)
         weight, long_input = long_input, None
@@ -180,52 +174,6 @@ def linear(
     else:
         y = F.linear(x, matrix, bias)
     return y.to(out_dtype)
-
-
-def pack_rows(values: torch.Tensor, chunk: int) -> torch.Tensor:
-    """A weight [N, K] as the packed kernels read it: tiles of TILE_ROWS rows, each `chunk`
-    columns of the tile's first row, then of its second, and so on ([tiles, chunks, TILE_ROWS,
-    chunk]), zero-padded to whole tiles and chunks."""
-    n, k = values.shape
-    rows = -(-n // TILE_ROWS) * TILE_ROWS
-    columns = -(-k // chunk) * chunk
-    padded = torch.zeros(rows, columns, dtype=values.dtype)
-    padded[:n, :k] = values
-    tiles = padded.view(rows // TILE_ROWS, TILE_ROWS, columns // chunk, chunk)
-    return tiles.transpose(1, 2).contiguous()
-
-
-def unpack_rows(packed: torch.Tensor, n: int | None = None, k: int | None = None) -> torch.Tensor:
-    """The [N, K] weight that pack_rows packed (default: all its padded rows and columns)."""
-    tiles, chunks, _, chunk = packed.shape
-    rows = packed.transpose(1, 2).reshape(tiles * TILE_ROWS, chunks * chunk)
-    return rows[:n, :k]
-
-
-def pack_int8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """An int8 weight [N, K] as the int8 kernel reads it (pack_rows, INT8_CHUNK columns at a
-    time), and the padded rows' int32 sums."""
-    packed = pack_rows(values, INT8_CHUNK)
-    return packed, unpack_rows(packed).sum(dim=1, dtype=torch.int32)
-
-
-def small_batch_weight(weight: torch.Tensor, long_input: torch.Tensor | None) -> torch.Tensor:
-    """The weight as the small-batch kernels read it. A bfloat16 one is packed (pack_rows,
-    BF16_CHUNK columns at a time) where the CPU has bfloat16 dot products, the kernels are
-    built, long inputs have their own copy, and the shape tiles whole. Over every projection
-    of SmolLM2 on an AMD EPYC with AVX-512 BF16 (2 threads, alternating in one process) one
-    row took 10.7-12.4 ms plain and 9.3 packed, two rows 10.7-12.0 and 7.7-9.2, eight rows 20.9
-    and 10.9. A tied embedding keeps its plain matrix for lookups beside the packed copy."""
-    if (
-        weight.dtype != torch.bfloat16
-        or long_input is None
-        or not native_bf16()
-        or weight.shape[0] % TILE_ROWS
-        or weight.shape[1] % BF16_CHUNK
-        or extension() is None
-    ):
-        return weight
-    return pack_rows(weight, BF16_CHUNK)
 
 
 def long_input_weight(weight: torch.Tensor) -> torch.Tensor | None:

@@ -10,14 +10,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
-from ragserve.engine.kernels import (
-    linear,
-    long_input_weight,
-    onednn_layout,
-    pack_int8,
-    small_batch_weight,
-    unpack_rows,
-)
+from ragserve.engine.kernels import linear, long_input_weight, onednn_layout
+from ragserve.engine.packing import pack_int8, small_batch_weight, unpack_rows
 
 if TYPE_CHECKING:  # models/ builds on these layers; importing it here would be circular
     from ragserve.engine.models.spec import ModelSpec
@@ -54,10 +48,10 @@ class Projection:
     without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
     kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
     weights on every forward pass. Where that copy exists and the CPU has bfloat16 dot products
-    the weight itself is packed for the small-batch kernel (kernels.small_batch_weight).
+    the weight itself is packed for the small-batch kernel (packing.small_batch_weight).
 
     An int8 projection (to_int8) holds the weight as int8 with one float32 scale per row, packed
-    for its kernel (kernels.pack_int8) with the rows' sums."""
+    for its kernel (packing.pack_int8) with the rows' sums."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine import kernels
+from ragserve.engine import kernels, packing
 from ragserve.engine.config import cpu_flags, native_bf16
 from ragserve.engine.layers import Projection
 
@@ -81,15 +81,15 @@ def int8_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def int8_linear(x, q, scale, bias, out_dtype):
-    packed, row_sums = kernels.pack_int8(q)
+    packed, row_sums = packing.pack_int8(q)
     return kernels.extension().int8_linear(x, packed, row_sums, scale, bias, out_dtype)
 
 
 def test_packing_an_int8_weight_keeps_its_values():
     q = torch.randint(-128, 128, (37, 203), dtype=torch.int8)
-    packed, row_sums = kernels.pack_int8(q)
-    assert packed.shape == (10, 4, kernels.TILE_ROWS, kernels.INT8_CHUNK)
-    assert torch.equal(kernels.unpack_rows(packed, 37, 203), q)
+    packed, row_sums = packing.pack_int8(q)
+    assert packed.shape == (10, 4, packing.TILE_ROWS, packing.INT8_CHUNK)
+    assert torch.equal(packing.unpack_rows(packed, 37, 203), q)
     assert torch.equal(row_sums[:37], q.sum(dim=1, dtype=torch.int32))
     assert not row_sums[37:].any()
 
@@ -153,7 +153,7 @@ def test_an_int8_projection_rounds_each_weight_to_within_half_its_row_step(path,
     projection = Projection.of(original.clone(), bias)
     projection.to_int8()
     assert projection.weight.dtype == torch.int8 and projection.scale.shape == (37,)
-    values = kernels.unpack_rows(projection.weight, 37, 203)
+    values = packing.unpack_rows(projection.weight, 37, 203)
     rounded = values.float() * projection.scale[:, None]
     step = original.float().abs().amax(dim=1, keepdim=True) / 127
     assert ((rounded - original.float()).abs() <= step / 2 + 1e-6).all()
@@ -403,7 +403,7 @@ def test_an_int8_projection_with_bfloat16_inputs_works_without_a_bfloat16_matmul
     torch.manual_seed(0)
     projection = Projection.of(torch.randn(37, 203).bfloat16(), torch.randn(37).bfloat16())
     projection.to_int8()
-    rounded = kernels.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
+    rounded = packing.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
     x = torch.randn(40, 203).bfloat16()
     expected = F.linear(x.float(), rounded, projection.bias.float())
     got = projection(x, out_dtype=torch.float32)
@@ -431,7 +431,7 @@ def test_a_float32_int8_projection_keeps_its_rounded_values_in_onednn_layout():
     projection = Projection.of(torch.randn(37, 203))
     projection.to_int8()
     assert projection.long_input.is_mkldnn
-    rounded = kernels.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
+    rounded = packing.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
     x = torch.randn(300, 203)
     torch.testing.assert_close(projection(x), F.linear(x, rounded), atol=1e-4, rtol=1e-4)
 
@@ -444,7 +444,7 @@ def test_an_int8_projection_serves_long_inputs_without_onednn(monkeypatch):
     projection.to_int8()
     assert projection.long_input is not None and not projection.long_input.is_mkldnn
     x = torch.randn(40, 203).to(torch.bfloat16)
-    rounded = kernels.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
+    rounded = packing.unpack_rows(projection.weight, 37, 203).float() * projection.scale[:, None]
     expected = F.linear(x.float(), rounded.to(torch.bfloat16).float())
     got = projection(x, out_dtype=torch.float32)
     torch.testing.assert_close(got, expected, atol=0.15, rtol=0.015)

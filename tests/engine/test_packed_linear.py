@@ -1,13 +1,16 @@
-"""Packed bfloat16 weights (kernels.pack_rows, csrc/packed_bf16_linear.cpp) against the plain
-small-batch kernel and float64 references."""
+"""Packed bfloat16 weights (packing.pack_rows, csrc/packed_bf16_linear.cpp) against the plain
+small-batch kernel and float64 references, and packed weights in huge pages."""
+
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine import kernels
+from ragserve.engine import kernels, packing
 from ragserve.engine.config import native_bf16
 from ragserve.engine.layers import Projection
+from ragserve.engine.models import build_model
 
 pytestmark = pytest.mark.skipif(
     not native_bf16() or kernels.extension() is None,
@@ -19,9 +22,9 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.parametrize("shape", [(40, 96), (37, 203)])
 def test_packing_keeps_every_value(dtype, shape):
     values = (torch.randn(shape) * 50).to(dtype)
-    packed = kernels.pack_rows(values, kernels.BF16_CHUNK)
-    assert packed.shape[2:] == (kernels.TILE_ROWS, kernels.BF16_CHUNK)
-    assert torch.equal(kernels.unpack_rows(packed, *shape), values)
+    packed = packing.pack_rows(values, packing.BF16_CHUNK)
+    assert packed.shape[2:] == (packing.TILE_ROWS, packing.BF16_CHUNK)
+    assert torch.equal(packing.unpack_rows(packed, *shape), values)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13])
@@ -32,7 +35,7 @@ def test_a_packed_weight_gives_the_plain_kernels_bits(rows):
     weight = torch.randn(960, 576).to(torch.bfloat16)
     bias = torch.randn(960).to(torch.bfloat16)
     x = torch.randn(rows, 576).to(torch.bfloat16)
-    packed = kernels.pack_rows(weight, kernels.BF16_CHUNK)
+    packed = packing.pack_rows(weight, packing.BF16_CHUNK)
     ext = kernels.extension()
     for out_dtype in (torch.float32, torch.bfloat16):
         plain = ext.small_batch_linear(x, weight, bias, out_dtype)
@@ -41,7 +44,7 @@ def test_a_packed_weight_gives_the_plain_kernels_bits(rows):
 
 def test_packed_rows_do_not_depend_on_the_batch():
     torch.manual_seed(0)
-    packed = kernels.pack_rows(torch.randn(960, 576).to(torch.bfloat16), kernels.BF16_CHUNK)
+    packed = packing.pack_rows(torch.randn(960, 576).to(torch.bfloat16), packing.BF16_CHUNK)
     x = torch.randn(32, 576).to(torch.bfloat16)
     linear = kernels.extension().packed_bf16_linear
     alone = torch.cat([linear(x[i : i + 1], packed, None, torch.float32) for i in range(32)])
@@ -57,7 +60,7 @@ def test_float32_inputs_meet_a_packed_weight_in_float32(rows):
     weight = torch.randn(64, 576).to(torch.bfloat16)
     x = torch.randn(rows, 576)
     got = kernels.extension().packed_bf16_linear(
-        x, kernels.pack_rows(weight, kernels.BF16_CHUNK), None, torch.float32
+        x, packing.pack_rows(weight, packing.BF16_CHUNK), None, torch.float32
     )
     expected = x.double() @ weight.double().T
     bound = 576 * 2**-23 * (x.double().abs() @ weight.double().abs().T) + 1e-6
@@ -95,6 +98,61 @@ def test_an_int8_projection_rounds_a_packed_bfloat16_weight():
     weight = torch.randn(40, 96).to(torch.bfloat16)
     projection = Projection.of(weight.clone())
     projection.to_int8()
-    values = kernels.unpack_rows(projection.weight, 40, 96).float() * projection.scale[:, None]
+    values = packing.unpack_rows(projection.weight, 40, 96).float() * projection.scale[:, None]
     step = weight.float().abs().amax(dim=1, keepdim=True) / 127
     assert ((values - weight.float()).abs() <= step / 2 + 1e-6).all()
+
+
+def mapping_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds address (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_weights_move_into_one_mapping_asked_for_huge_pages():
+    torch.manual_seed(0)
+    tensors = [
+        torch.randn(40, 96).to(torch.bfloat16),
+        torch.randint(-128, 128, (3, 7), dtype=torch.int8),
+        torch.randn(5),
+    ]
+    moved = packing.in_huge_pages(tensors)
+    for original, copy in zip(tensors, moved, strict=True):
+        assert torch.equal(copy, original) and copy.is_contiguous()
+        assert copy.data_ptr() != original.data_ptr() and copy.data_ptr() % 64 == 0
+    assert moved[0].data_ptr() % packing.HUGE_PAGE == 0
+    assert moved[1].data_ptr() == moved[0].data_ptr() + tensors[0].nbytes
+    if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists():
+        assert "hg" in mapping_flags(moved[0].data_ptr())
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_a_models_packed_weights_lie_one_after_another_in_one_mapping(quantization):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        architectures=["LlamaForCausalLM"],
+    )
+    torch.manual_seed(0)
+    weights = LlamaForCausalLM(config).state_dict()
+    model = build_model(weights, config, torch.bfloat16, 256, quantization)
+    packed = [projection.weight for projection in model.projections()]
+    assert all(weight.dim() == 4 for weight in packed)
+    address = packed[0].data_ptr()
+    assert address % packing.HUGE_PAGE == 0
+    for weight in packed:
+        assert weight.data_ptr() == address
+        address += -(-weight.nbytes // 64) * 64

@@ -2,7 +2,7 @@
 // in int8 and scale [N] its rows' float32 scales (weight ~= Q * scale[:, None]).
 //
 // A decode step streams every weight once, and int8 halves bfloat16's bytes. Q comes packed
-// (kernels.pack_int8): tiles of kTileRows weight rows, each tile kChunk columns of its first
+// (packing.pack_int8): tiles of kTileRows weight rows, each tile kChunk columns of its first
 // row, then of its second, ..., then the next kChunk columns, zero-padded to whole tiles and
 // chunks. A tile is then one sequential stream that the hardware prefetcher follows, where rows
 // read side by side from the plain layout were several. Over every projection of SmolLM2 on an
@@ -280,7 +280,7 @@ at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor row_sums, at:
   TORCH_CHECK(x.dim() == 2, "x must be a matrix");
   TORCH_CHECK(packed.scalar_type() == at::kChar && packed.is_contiguous() && packed.dim() == 4 &&
                   packed.size(2) == kTileRows && packed.size(3) == kChunk,
-              "packed must be a contiguous int8 [tiles, chunks, 4, 64] (kernels.pack_int8)");
+              "packed must be a contiguous int8 [tiles, chunks, 4, 64] (packing.pack_int8)");
   const int64_t m = x.size(0), n = scale.numel(), k = x.size(1);
   const int64_t k_padded = packed.size(1) * kChunk;
   TORCH_CHECK(k <= k_padded && k_padded < k + kChunk, "x and packed differ in K");

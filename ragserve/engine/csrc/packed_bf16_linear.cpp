@@ -1,5 +1,5 @@
 // y = x W^T (+ bias) for the few rows of a decode step, where W [N, K] is a bfloat16 weight
-// packed by kernels.pack_rows: tiles of kTileRows rows, each tile kChunk columns of its first
+// packed by packing.pack_rows: tiles of kTileRows rows, each tile kChunk columns of its first
 // row, then of its second, ..., then the next kChunk columns. A tile is one sequential stream
 // that the hardware prefetcher follows, where the plain layout's rows read side by side were
 // several (linear.cpp streams eight rows that way).
@@ -135,7 +135,7 @@ at::Tensor packed_bf16_linear(at::Tensor x, at::Tensor packed, c10::optional<at:
   TORCH_CHECK(x.dim() == 2, "x must be a matrix");
   TORCH_CHECK(packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
                   packed.dim() == 4 && packed.size(2) == kTileRows && packed.size(3) == kChunk,
-              "packed must be a contiguous bfloat16 [tiles, chunks, 4, 32] (kernels.pack_rows)");
+              "packed must be a contiguous bfloat16 [tiles, chunks, 4, 32] (packing.pack_rows)");
   const int64_t m = x.size(0), n = packed.size(0) * kTileRows, k = packed.size(1) * kChunk;
   TORCH_CHECK(x.size(1) == k, "x and packed differ in K");
   auto out = linear_output(x, bias, m, n, out_dtype);
@@ -151,7 +151,7 @@ at::Tensor packed_bf16_linear(at::Tensor x, at::Tensor packed, c10::optional<at:
   }
   return out.y;
 #else
-  TORCH_CHECK(false, "packed bfloat16 weights need AVX-512 BF16 (kernels.pack_rows packs none "
+  TORCH_CHECK(false, "packed bfloat16 weights need AVX-512 BF16 (packing.pack_rows packs none "
                      "without it)");
 #endif
 }

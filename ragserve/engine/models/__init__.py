@@ -10,6 +10,7 @@ from ragserve.engine.models.gemma3 import Gemma3Model
 from ragserve.engine.models.llama import LlamaModel
 from ragserve.engine.models.qwen2 import Qwen2Model
 from ragserve.engine.models.spec import DecoderModel, ModelClass, ModelSpec
+from ragserve.engine.packing import in_huge_pages
 
 REGISTRY: dict[str, ModelClass] = {
     "LlamaForCausalLM": LlamaModel,
@@ -45,4 +46,9 @@ def build_model(
     if quantization == "int8":
         for projection in model.projections():
             projection.to_int8()
+    # Packed weights are the kernels' own copies (no embedding shares them): move them into
+    # huge pages together.
+    packed = [p for p in model.projections() if p.weight.dim() == 4]
+    for projection, weight in zip(packed, in_huge_pages([p.weight for p in packed]), strict=True):
+        projection.weight = weight
     return model
