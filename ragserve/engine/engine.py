@@ -23,9 +23,9 @@ from ragserve.engine.detokenizer import IncrementalDetokenizer
 from ragserve.engine.ending import EndingWatch
 from ragserve.engine.errors import EngineOverloadedError, InvalidRequestError, check_token_ids
 from ragserve.engine.kv_cache import DTYPES, KVCache
-from ragserve.engine.loader import read_weights, resolve_model
+from ragserve.engine.loader import load_model, resolve_model
 from ragserve.engine.logits_processor import LogitsProcessor
-from ragserve.engine.models import build_model, spec_of
+from ragserve.engine.models import spec_of
 from ragserve.engine.outputs import RequestOutput
 from ragserve.engine.request_state import Choice, RequestState
 from ragserve.engine.runner import ModelRunner
@@ -73,8 +73,8 @@ class LLMEngine:
             dtype,
         )
         self.max_model_len = sizing.max_model_len
-        self.model = build_model(
-            read_weights(self.model_path), hf_config, dtype, self.max_model_len, config.quantization
+        self.model = load_model(
+            self.model_path, hf_config, dtype, self.max_model_len, config.quantization
         )
         # Built (once per machine, about a minute) at start-up rather than in the first request.
         kernels.extension()

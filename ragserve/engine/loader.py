@@ -15,10 +15,13 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from transformers import PretrainedConfig
 
 from ragserve.engine.config import cache_dir, made_once
 from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
-from ragserve.engine.models import model_class
+from ragserve.engine.models import build_model, model_class
+from ragserve.engine.models.spec import DecoderModel
+from ragserve.engine.packing import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +116,16 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     for name in names:
         tensors.update(load_file(folder / name))
     return tensors
+
+
+def load_model(
+    folder: Path, config: PretrainedConfig, dtype: torch.dtype, max_len: int, quantization: str
+) -> DecoderModel:
+    """The folder's model, built from its weights (models.build_model); the heap pages the
+    load freed go back to the OS once the weights as read are gone."""
+    model = build_model(read_weights(folder), config, dtype, max_len, quantization)
+    release_freed_memory()
+    return model
 
 
 def import_gguf(gguf_file: Path, target: Path) -> Path:
