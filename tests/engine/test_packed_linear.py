@@ -131,6 +131,7 @@ def test_weights_move_into_one_mapping_asked_for_huge_pages():
     assert moved[1].data_ptr() == moved[0].data_ptr() + tensors[0].nbytes
     if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists():
         assert "hg" in mapping_flags(moved[0].data_ptr())
+    assert packing.in_huge_pages([]) == []
 
 
 @pytest.mark.parametrize("quantization", ["none", "int8"])
