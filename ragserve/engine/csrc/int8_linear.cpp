@@ -78,26 +78,26 @@ template <int kRowsM>
 __attribute__((noinline)) static void tile_sums(const uint8_t* x_low, const uint8_t* x_high,
                                                 const int8_t* tile, int64_t c0, int64_t c_end,
                                                 int64_t k_size, __m256i (&products)[kRowsM]) {
-  __m512i low[kRowsM * 4], high[kRowsM * 4];
-  for (int i = 0; i < kRowsM * 4; ++i) low[i] = _mm512_setzero_si512();
-  for (int i = 0; i < kRowsM * 4; ++i) high[i] = _mm512_setzero_si512();
+  __m512i low[kRowsM * kTileRows], high[kRowsM * kTileRows];
+  for (int i = 0; i < kRowsM * kTileRows; ++i) low[i] = _mm512_setzero_si512();
+  for (int i = 0; i < kRowsM * kTileRows; ++i) high[i] = _mm512_setzero_si512();
   int64_t c = c0;
   do {
     const int8_t* chunk = tile + c * kTileRows * kChunk;
-    __m512i q[4];
-    for (int n = 0; n < 4; ++n) q[n] = _mm512_loadu_si512(chunk + n * kChunk);
+    __m512i q[kTileRows];
+    for (int n = 0; n < kTileRows; ++n) q[n] = _mm512_loadu_si512(chunk + n * kChunk);
     for (int m = 0; m < kRowsM; ++m) {
       const __m512i lo = _mm512_loadu_si512(x_low + m * k_size + c * kChunk);
       const __m512i hi = _mm512_loadu_si512(x_high + m * k_size + c * kChunk);
-      for (int n = 0; n < 4; ++n) {
-        low[m * 4 + n] = dot_bytes(low[m * 4 + n], lo, q[n]);
-        high[m * 4 + n] = dot_bytes(high[m * 4 + n], hi, q[n]);
+      for (int n = 0; n < kTileRows; ++n) {
+        low[m * kTileRows + n] = dot_bytes(low[m * kTileRows + n], lo, q[n]);
+        high[m * kTileRows + n] = dot_bytes(high[m * kTileRows + n], hi, q[n]);
       }
     }
   } while (++c < c_end);
   for (int m = 0; m < kRowsM; ++m) {
-    const __m256i lo = _mm256_cvtepi32_epi64(sum4(low + m * 4));
-    const __m256i hi = _mm256_cvtepi32_epi64(sum4(high + m * 4));
+    const __m256i lo = _mm256_cvtepi32_epi64(sum4(low + m * kTileRows));
+    const __m256i hi = _mm256_cvtepi32_epi64(sum4(high + m * kTileRows));
     products[m] = _mm256_add_epi64(products[m], _mm256_add_epi64(lo, _mm256_slli_epi64(hi, 8)));
   }
 }
