@@ -38,6 +38,7 @@ ENGINE_FIELDS = (
     "model",
     "dtype",
     "quantization",
+    "kv_cache_dtype",
     "kv_cache_memory_bytes",
     "max_model_len",
     "max_num_seqs",
@@ -71,6 +72,9 @@ class Settings(BaseSettings):
     # "int8": projections' weights in int8 with a scale per row (faster decoding, see
     # docs/benchmarks.md for what it costs in quality); "none": in dtype.
     quantization: str = ENGINE["quantization"]
+    # "int8": the KV cache rounded per position with a scale each (about twice the tokens in
+    # kv_cache_memory_bytes, faster decoding of many or long sequences); "auto": in dtype.
+    kv_cache_dtype: str = ENGINE["kv_cache_dtype"]
     # Engine limits (see EngineConfig).
     kv_cache_memory_bytes: int = Field(ENGINE["kv_cache_memory_bytes"], ge=1)
     max_model_len: int | None = ENGINE["max_model_len"]

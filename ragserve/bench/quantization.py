@@ -1,6 +1,6 @@
-"""What a weight format costs in quality, next to the decoding speed it buys (`ragserve bench
-quantization`): each format (dtype and quantization) is an engine of its own, compared with the
-float32 model.
+"""What a weight or KV cache format costs in quality, next to the decoding speed it buys
+(`ragserve bench quantization`): each format (dtype, quantization and KV cache dtype) is an
+engine of its own, compared with the float32 model.
 
 - Perplexity: the bundled Wikipedia corpus' first articles, joined in order up to
   `text_tokens` tokens, teacher-forced through the model over the paged cache in prompt-sized
@@ -8,7 +8,8 @@ float32 model.
 - Greedy agreement: the first 32 tokens of each of `prompts` further articles, continued
   greedily for `new_tokens`; per prompt, the share of tokens before the first one that differs
   from the float32 model's, and the share of prompts whose whole continuation is the same; for
-  a quantized format, also the first share against its own dtype unquantized (when measured).
+  a quantized format (weights or KV cache), also the first share against its own dtype
+  unquantized (when measured).
 - Speed: one stream's draft-less decode step (p50) after a 200-token prompt.
 """
 
@@ -24,7 +25,7 @@ from ragserve.engine.engine import LLMEngine
 from ragserve.engine.sampling_params import SamplingParams
 from ragserve.rag.corpus import load_wiki
 
-REFERENCE = ("float32", "none")
+REFERENCE = ("float32", "none", "auto")
 PROMPT_TOKENS = 32
 
 
@@ -32,6 +33,7 @@ PROMPT_TOKENS = 32
 class FormatQuality:
     dtype: str
     quantization: str
+    kv_cache_dtype: str
     projection_mb: float
     perplexity: float
     perplexity_vs_float32: float
@@ -106,20 +108,26 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> tuple[flo
 
 def measure(
     model: str,
-    formats: list[tuple[str, str]],
+    formats: list[tuple[str, str, str]],
     text_tokens: int = 2048,
     prompts: int = 64,
     new_tokens: int = 32,
 ) -> list[FormatQuality]:
-    """The float32 model first (the reference), then each (dtype, quantization) in formats."""
+    """The float32 model first (the reference), then each (dtype, quantization, KV cache dtype)
+    in formats."""
     articles = load_wiki(limit=400)
     results: list[FormatQuality] = []
     reference: tuple[float, list[list[int]]] | None = None
     continuations: dict[str, list[list[int]]] = {}
-    for dtype, quantization in [REFERENCE, *[f for f in formats if f != REFERENCE]]:
-        engine = LLMEngine(
-            EngineConfig(model=model, dtype=dtype, quantization=quantization, speculative_tokens=0)
+    for dtype, quantization, kv_cache_dtype in [REFERENCE, *[f for f in formats if f != REFERENCE]]:
+        config = EngineConfig(
+            model=model,
+            dtype=dtype,
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
+            speculative_tokens=0,
         )
+        engine = LLMEngine(config)
         tokenizer = engine.tokenizer
         text: list[int] = []
         for article in articles:
@@ -135,13 +143,15 @@ def measure(
         if reference is None:
             reference = (ppl, outputs)
         agreeing, identical = agreement(outputs, reference[1])
-        if quantization == "none":
+        rounded = quantization != "none" or kv_cache_dtype != "auto"
+        if not rounded:
             continuations[dtype] = outputs
-        unquantized = continuations.get(dtype) if quantization != "none" else None
+        unquantized = continuations.get(dtype) if rounded else None
         results.append(
             FormatQuality(
                 dtype=dtype,
                 quantization=quantization,
+                kv_cache_dtype=kv_cache_dtype,
                 projection_mb=sum(
                     p.weight.nbytes + (p.scale.nbytes if p.scale is not None else 0)
                     for p in engine.model.projections()
@@ -163,16 +173,18 @@ def measure(
 
 def to_markdown(model: str, results: list[FormatQuality]) -> str:
     lines = [
-        f"# Weight formats of {model} against float32",
+        f"# Weight and KV cache formats of {model} against float32",
         "",
-        "| dtype | quantization | projections MiB | perplexity | vs float32 | tokens agreeing |"
-        " prompts identical | tokens agreeing with the dtype unquantized | decode step p50 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| dtype | quantization | KV cache | projections MiB | perplexity | vs float32 |"
+        " tokens agreeing | prompts identical | tokens agreeing with the dtype unquantized |"
+        " decode step p50 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         own = r.tokens_agreeing_unquantized
         lines.append(
-            f"| {r.dtype} | {r.quantization} | {r.projection_mb:.0f} | {r.perplexity:.3f} | "
+            f"| {r.dtype} | {r.quantization} | {r.kv_cache_dtype} | {r.projection_mb:.0f} "
+            f"| {r.perplexity:.3f} | "
             f"{r.perplexity_vs_float32:.4f} | {r.tokens_agreeing:.3f} | {r.prompts_identical:.3f} "
             f"| {'-' if own is None else f'{own:.3f}'} "
             f"| {r.decode_step_ms:.2f} |"

@@ -156,21 +156,29 @@ def grammar(
 def quantization(
     model: ModelOption = None,
     formats: Annotated[
-        str, typer.Option(help="DTYPE:QUANTIZATION pairs, comma-separated, against float32.")
-    ] = "bfloat16:none,bfloat16:int8,float32:int8",
+        str,
+        typer.Option(
+            help="DTYPE:QUANTIZATION[:KV_CACHE_DTYPE] formats, comma-separated, against float32."
+        ),
+    ] = "bfloat16:none,bfloat16:int8,float32:int8,bfloat16:none:int8,bfloat16:int8:int8",
     out: OutOption = Path("reports"),
     as_json: JsonReportOption = False,
 ) -> None:
-    """What a weight format costs in quality (perplexity on fixed text, greedy agreement with
-    the float32 model over 64 prompts) next to the decode speed it buys."""
+    """What a weight or KV cache format costs in quality (perplexity on fixed text, greedy
+    agreement with the float32 model over 64 prompts) next to the decode speed it buys."""
     from ragserve.bench.quantization import measure, to_markdown
     from ragserve.reports import write_report
 
-    pairs = [item.split(":") for item in formats.split(",")]
-    if any(len(pair) != 2 for pair in pairs):
-        raise typer.BadParameter("formats are DTYPE:QUANTIZATION, e.g. bfloat16:int8")
+    parts = [item.split(":") for item in formats.split(",")]
+    if any(len(part) not in (2, 3) for part in parts):
+        raise typer.BadParameter(
+            "formats are DTYPE:QUANTIZATION[:KV_CACHE_DTYPE], e.g. bfloat16:int8 or "
+            "bfloat16:none:int8"
+        )
     name = model or DEFAULT_MODEL
-    results = measure(name, [(dtype, quantization) for dtype, quantization in pairs])
+    results = measure(
+        name, [(part[0], part[1], part[2] if len(part) == 3 else "auto") for part in parts]
+    )
     report = {"model": name, "formats": [asdict(result) for result in results]}
     markdown = to_markdown(name, results)
     show_report(report, markdown, write_report(out, "quantization", report, markdown), as_json)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ragserve.engine.kernels import extension, write_kv
+from ragserve.engine.kv_cache import LayerCache
 
 
 @dataclass
@@ -31,20 +32,25 @@ class AttentionMetadata:
 
 
 def gather_context(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, block_ids: torch.Tensor, length: int
+    cache: LayerCache, block_ids: torch.Tensor, length: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values of the blocks in block_ids ([blocks]) as [kv_heads, length, head_dim]."""
-    num_kv_heads, _, head_dim, block_size = k_cache.shape
+    """Keys and values of the blocks in block_ids ([blocks]) as [kv_heads, length, head_dim]
+    (an int8 cache's times their scales, in float32)."""
+    num_kv_heads, _, head_dim, block_size = cache.keys.shape
     shape = (num_kv_heads, block_ids.shape[-1] * block_size, head_dim)
-    keys = k_cache[:, block_ids].transpose(-1, -2).reshape(shape)[:, :length]
-    values = v_cache[:, block_ids].reshape(shape)[:, :length]
+    keys = cache.keys[:, block_ids].transpose(-1, -2).reshape(shape)[:, :length]
+    values = cache.values[:, block_ids].reshape(shape)[:, :length]
+    if cache.key_scales is not None and cache.value_scales is not None:
+        scales_shape = (num_kv_heads, shape[1], 1)
+        key_scales = cache.key_scales[:, block_ids].reshape(scales_shape)[:, :length]
+        value_scales = cache.value_scales[:, block_ids].reshape(scales_shape)[:, :length]
+        return keys.float() * key_scales, values.float() * value_scales
     return keys, values
 
 
 def gathered_attention(
     q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    cache: LayerCache,
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
@@ -59,8 +65,8 @@ def gathered_attention(
         start, end = tokens[0], tokens[-1] + 1
         lens = meta.token_lens[start:end]
         length = int(lens.max())
-        num_blocks = -(-length // k_cache.shape[-1])
-        keys, values = gather_context(k_cache, v_cache, meta.block_tables[seq, :num_blocks], length)
+        num_blocks = -(-length // cache.keys.shape[-1])
+        keys, values = gather_context(cache, meta.block_tables[seq, :num_blocks], length)
         mask = torch.arange(length) < lens.unsqueeze(1)
         if window is not None:
             mask &= torch.arange(length) >= lens.unsqueeze(1) - window
@@ -80,8 +86,7 @@ def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    cache: LayerCache,
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
@@ -90,12 +95,12 @@ def paged_attention(
     The new keys and values are stored first, so each token reads its own from the cache.
     window: a sliding-window layer's span (a token attends to its last `window` positions);
     the kernel reads whole contexts, so a step with a longer one takes the PyTorch path."""
-    write_kv(k_cache, v_cache, k, v, meta.slot_blocks, meta.slot_offsets)
+    write_kv(cache, k, v, meta.slot_blocks, meta.slot_offsets)
     kernels = extension()
     if window is not None and int(meta.token_lens.max()) > window:
-        return gathered_attention(q, k_cache, v_cache, meta, scale, window)
+        return gathered_attention(q, cache, meta, scale, window)
     if kernels is None:
-        return gathered_attention(q, k_cache, v_cache, meta, scale)
+        return gathered_attention(q, cache, meta, scale)
     return kernels.paged_attention(
-        q, k_cache, v_cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
+        q, *cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
     )

@@ -18,6 +18,9 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 QUANTIZATIONS = ("none", "int8")
+# "auto": the KV cache in the engine's dtype; "int8": rounded per position and kv head, with a
+# float32 scale each (kv_cache.py).
+KV_CACHE_DTYPES = ("auto", "int8")
 
 
 def cache_dir() -> Path:
@@ -96,8 +99,11 @@ class EngineConfig:
     # "auto" (resolve_dtype), "float32" or "bfloat16".
     dtype: str = "auto"
     # "none", or "int8": every projection's weight rounded to int8 with a scale per row
-    # (layers.Projection.to_int8); activations and the KV cache stay in dtype.
+    # (layers.Projection.to_int8); activations stay in dtype.
     quantization: str = "none"
+    # KV_CACHE_DTYPES: "int8" holds about twice the tokens and reads half the bytes a decode
+    # step, for a small loss (docs/benchmarks.md, quantization).
+    kv_cache_dtype: str = "auto"
     block_size: int = 16
     # KV pool size; the number of blocks follows from the model's bytes per token.
     kv_cache_memory_bytes: int = 2 << 30
@@ -134,6 +140,11 @@ class EngineConfig:
             raise ValueError(
                 f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}"
             )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                f"got {self.kv_cache_dtype!r}"
+            )
         positive = {
             "block_size": self.block_size,
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
@@ -158,8 +169,10 @@ class EngineConfig:
         return self.num_threads or os.cpu_count() or 1
 
 
-# Bytes of one element of the KV cache in each dtype an engine runs in.
+# Bytes of one element of the KV cache in each dtype an engine runs in, and of an int8 cache's
+# scale (one per position and kv head, for its keys and again for its values).
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -185,8 +198,11 @@ def size_kv_cache(config: EngineConfig, model: ModelShape) -> KVSizing:
     the context length: config.max_model_len or the model's own, capped by what the pool holds.
     A pure function of the config and the model's shape, so prompt building knows the context
     length without building the engine, and the engine sizes itself with it."""
-    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim
-    per_token *= DTYPE_BYTES[config.dtype]
+    if config.kv_cache_dtype == "int8":
+        per_head = model.head_dim + SCALE_BYTES
+    else:
+        per_head = model.head_dim * DTYPE_BYTES[config.dtype]
+    per_token = 2 * model.num_layers * model.num_kv_heads * per_head
     num_blocks = config.kv_cache_memory_bytes // (per_token * config.block_size)
     if num_blocks < 1:
         raise ValueError(

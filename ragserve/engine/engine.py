@@ -60,9 +60,9 @@ class LLMEngine:
         spec = spec_of(hf_config)
         sizing = size_kv_cache(config, spec)
         num_blocks = sizing.num_blocks
-        self.kv_cache = KVCache(
-            spec.num_layers, spec.num_kv_heads, spec.head_dim, num_blocks, config.block_size, dtype
-        )
+        kv_dtype = torch.int8 if config.kv_cache_dtype == "int8" else dtype
+        shape = (spec.num_layers, spec.num_kv_heads, spec.head_dim, num_blocks, config.block_size)
+        self.kv_cache = KVCache(*shape, kv_dtype)
         logger.info(
             "KV cache: %d blocks of %d tokens = %d tokens, %.1f MiB (%d bytes/token, %s)",
             num_blocks,
@@ -70,7 +70,7 @@ class LLMEngine:
             self.kv_cache.num_tokens,
             self.kv_cache.nbytes / 2**20,
             sizing.bytes_per_token,
-            dtype,
+            kv_dtype,
         )
         self.max_model_len = sizing.max_model_len
         self.model = load_model(

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ragserve.engine.config import CPU_ISAS, cache_dir, cpu_flags, cpu_isa, native_bf16
+from ragserve.engine.kv_cache import LayerCache
 
 logger = logging.getLogger(__name__)
 
@@ -241,21 +242,35 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., head_dim] rounded to int8 with a float32 scale per row: max |x| / 127 (1 where
+    the row is all zeros), as write_kv stores them in an int8 cache."""
+    x = x.float()
+    amax = x.abs().amax(-1)
+    step = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    return torch.round(x / step.unsqueeze(-1)).clamp(-127, 127).to(torch.int8), step
+
+
 def write_kv(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
+    cache: LayerCache,
     k: torch.Tensor,
     v: torch.Tensor,
     slot_blocks: torch.Tensor,
     slot_offsets: torch.Tensor,
 ) -> None:
-    """Store k and v ([tokens, kv_heads, head_dim]) at their slots (layouts in kv_cache.py)."""
+    """Store k and v ([tokens, kv_heads, head_dim]) at their slots (layouts in kv_cache.py),
+    rounded with their scales in an int8 cache."""
     kernels = extension()
     if kernels is not None:
-        kernels.write_kv(k, v, k_cache, v_cache, slot_blocks, slot_offsets)
+        kernels.write_kv(k, v, *cache, slot_blocks, slot_offsets)
         return
-    k_cache[:, slot_blocks, :, slot_offsets] = k
-    v_cache[:, slot_blocks, slot_offsets] = v.transpose(0, 1)
+    if cache.key_scales is not None and cache.value_scales is not None:
+        k, key_scales = quantize_kv(k)
+        v, value_scales = quantize_kv(v)
+        cache.key_scales[:, slot_blocks, slot_offsets] = key_scales.T
+        cache.value_scales[:, slot_blocks, slot_offsets] = value_scales.T
+    cache.keys[:, slot_blocks, :, slot_offsets] = k
+    cache.values[:, slot_blocks, slot_offsets] = v.transpose(0, 1)
 
 
 def apply_token_bitmask(logits: torch.Tensor, rows: torch.Tensor, bitmask: torch.Tensor) -> None:

@@ -4,11 +4,27 @@ Keys are stored [kv_heads, blocks, head_dim, block_size] and values
 [kv_heads, blocks, block_size, head_dim]: a decode reads one block of keys as head_dim runs
 of block_size lanes (the query-key products become vector multiply-adds with no transpose),
 and one block of values as block_size rows to accumulate.
+
+An int8 cache (kv_cache_dtype "int8") stores each position's key and value of a kv head as
+int8 with a float32 scale each ([kv_heads, blocks, block_size]): 1 + 4 / head_dim bytes an
+element instead of 2, so the pool holds about twice the tokens of a bfloat16 one and a decode
+step reads half the bytes (csrc/paged_attention.cpp).
 """
+
+from typing import NamedTuple
 
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class LayerCache(NamedTuple):
+    """One layer's keys and values; the scales only for an int8 cache."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    key_scales: torch.Tensor | None = None
+    value_scales: torch.Tensor | None = None
 
 
 class KVCache:
@@ -30,14 +46,25 @@ class KVCache:
         self.values = torch.zeros(
             (num_layers, num_kv_heads, num_blocks, block_size, head_dim), dtype=dtype
         )
+        self.key_scales: torch.Tensor | None = None
+        self.value_scales: torch.Tensor | None = None
+        if dtype == torch.int8:
+            shape = (num_layers, num_kv_heads, num_blocks, block_size)
+            self.key_scales = torch.zeros(shape, dtype=torch.float32)
+            self.value_scales = torch.zeros(shape, dtype=torch.float32)
 
     @property
     def num_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
-    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.keys[index], self.values[index]
+    def layer(self, index: int) -> LayerCache:
+        if self.key_scales is None or self.value_scales is None:
+            return LayerCache(self.keys[index], self.values[index])
+        return LayerCache(
+            self.keys[index], self.values[index], self.key_scales[index], self.value_scales[index]
+        )
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.keys.numel() * self.keys.element_size()
+        scales = [s for s in (self.key_scales, self.value_scales) if s is not None]
+        return sum(t.numel() * t.element_size() for t in [self.keys, self.values, *scales])

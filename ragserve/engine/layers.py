@@ -11,6 +11,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
 from ragserve.engine.kernels import linear, long_input_weight, onednn_layout
+from ragserve.engine.kv_cache import LayerCache
 from ragserve.engine.packing import pack_int8, small_batch_weight, unpack_rows
 
 if TYPE_CHECKING:  # models/ builds on these layers; importing it here would be circular
@@ -98,7 +99,7 @@ class Projection:
 def attend(
     qkv: torch.Tensor,
     spec: "ModelSpec",
-    kv_cache: tuple[torch.Tensor, torch.Tensor],
+    kv_cache: LayerCache,
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
@@ -113,7 +114,7 @@ def attend(
         q.view(tokens, spec.num_heads, spec.head_dim),
         k.view(tokens, spec.num_kv_heads, spec.head_dim),
         v.view(tokens, spec.num_kv_heads, spec.head_dim),
-        *kv_cache,
+        kv_cache,
         meta,
         scale,
         window,

@@ -1,12 +1,16 @@
 """Paged attention: the kernel and the PyTorch path against a plain reference on scattered
 blocks, and the kernel's batch invariance (a token's output, bit for bit, does not depend on
-the tokens computed with it)."""
+the tokens computed with it), for float32, bfloat16 and int8 caches."""
 
 import pytest
 import torch
 
 from ragserve.engine.attention import AttentionMetadata, gather_context, gathered_attention
-from ragserve.engine.kernels import extension
+from ragserve.engine.kernels import extension, quantize_kv
+from ragserve.engine.kv_cache import LayerCache
+
+# The cache formats: float32 and bfloat16 (queries in the same dtype), int8 (bfloat16 queries).
+FORMATS = [torch.float32, torch.bfloat16, torch.int8]
 
 
 def reference(q, keys, values, scale):
@@ -24,10 +28,22 @@ def kernel():
     return kernels
 
 
-def random_cache(dtype, block_size, head_dim, kv_heads=2, num_blocks=96):
-    k_cache = torch.randn(kv_heads, num_blocks, head_dim, block_size).to(dtype)
-    v_cache = torch.randn(kv_heads, num_blocks, block_size, head_dim).to(dtype)
-    return k_cache, v_cache
+def query_dtype(cache_dtype):
+    return torch.bfloat16 if cache_dtype == torch.int8 else cache_dtype
+
+
+def random_cache(dtype, block_size, head_dim, kv_heads=2, num_blocks=96) -> LayerCache:
+    """Random keys and values; an int8 cache holds them rounded as write_kv rounds them (a
+    scale per position and kv head)."""
+    keys = torch.randn(kv_heads, num_blocks, head_dim, block_size)
+    values = torch.randn(kv_heads, num_blocks, block_size, head_dim)
+    if dtype != torch.int8:
+        return LayerCache(keys.to(dtype), values.to(dtype))
+    int8_keys, key_scales = quantize_kv(keys.transpose(-1, -2))
+    int8_values, value_scales = quantize_kv(values)
+    return LayerCache(
+        int8_keys.transpose(-1, -2).contiguous(), int8_values, key_scales, value_scales
+    )
 
 
 def metadata(tables, spans):
@@ -39,86 +55,115 @@ def metadata(tables, spans):
     return AttentionMetadata(None, None, tables, torch.tensor(seqs), torch.tensor(lens))
 
 
-def attend(q, k_cache, v_cache, tables, spans, scale):
+def attend(q, cache, tables, spans, scale):
     meta = metadata(tables, spans)
     return kernel().paged_attention(
-        q, k_cache, v_cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
+        q, *cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
 def test_kernel_and_pytorch_path_match_the_reference(dtype, block_size, head_dim):
+    """Against the reference over the keys and values the cache holds (an int8 cache's times
+    their scales)."""
     torch.manual_seed(0)
     heads = 6
-    k_cache, v_cache = random_cache(dtype, block_size, head_dim)
+    cache = random_cache(dtype, block_size, head_dim)
     # Two decodes, a prompt from its start, a chunk after cached positions, a long decode.
     spans = [(0, 0, 1), (1, block_size - 1, 1), (2, 0, 11), (3, 3 * block_size + 2, 21), (4, 69, 1)]
     max_blocks = -(-max(start + count for _, start, count in spans) // block_size)
     tables = torch.randperm(96)[: len(spans) * max_blocks].view(len(spans), max_blocks)
     meta = metadata(tables, spans)
-    q = torch.randn(len(meta.token_seqs), heads, head_dim).to(dtype)
+    q = torch.randn(len(meta.token_seqs), heads, head_dim).to(query_dtype(dtype))
     scale = head_dim**-0.5
-    fast = attend(q, k_cache, v_cache, tables, spans, scale)
-    gathered = gathered_attention(q, k_cache, v_cache, meta, scale)
+    fast = attend(q, cache, tables, spans, scale)
+    gathered = gathered_attention(q, cache, meta, scale)
     for token, (row, length) in enumerate(zip(meta.token_seqs, meta.token_lens, strict=True)):
-        keys, values = gather_context(k_cache, v_cache, tables[row], int(length))
+        keys, values = gather_context(cache, tables[row], int(length))
         expected = reference(q[token], keys, values, scale)
         torch.testing.assert_close(fast[token], expected, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(gathered[token], expected, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_int8_cache_stays_close_to_the_values_it_rounded():
+    """What rounding the cache costs: every output within a few hundredths of attention over the
+    unrounded keys and values (outputs are averages of values of size ~1)."""
+    torch.manual_seed(5)
+    heads, head_dim, block_size, length = 6, 64, 16, 200
+    exact = random_cache(torch.float32, block_size, head_dim)
+    int8_keys, key_scales = quantize_kv(exact.keys.transpose(-1, -2))
+    int8_values, value_scales = quantize_kv(exact.values)
+    rounded = LayerCache(
+        int8_keys.transpose(-1, -2).contiguous(), int8_values, key_scales, value_scales
+    )
+    tables = torch.randperm(96)[:13].view(1, 13)
+    spans = [(0, 0, length)]
+    q = torch.randn(length, heads, head_dim)
+    reference_out = attend(q, exact, tables, spans, head_dim**-0.5)
+    int8_out = attend(q.bfloat16(), rounded, tables, spans, head_dim**-0.5)
+    bf16_out = attend(
+        q.bfloat16(),
+        LayerCache(exact.keys.bfloat16(), exact.values.bfloat16()),
+        tables,
+        spans,
+        head_dim**-0.5,
+    )
+    int8_error = (int8_out - reference_out).abs().max()
+    assert int8_error < 0.05
+    # The same order as rounding to bfloat16 (8 bits of mantissa there, 7 bits and a sign here).
+    assert int8_error < 4 * (bf16_out - reference_out).abs().max()
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
 def test_a_tokens_output_does_not_depend_on_its_batch(dtype, block_size, head_dim):
     torch.manual_seed(1)
     heads, length = 6, 45
-    k_cache, v_cache = random_cache(dtype, block_size, head_dim)
+    cache = random_cache(dtype, block_size, head_dim)
     tables = torch.randperm(96)[:30].view(5, 6)
-    q = torch.randn(length, heads, head_dim).to(dtype)
+    q = torch.randn(length, heads, head_dim).to(query_dtype(dtype))
     scale = head_dim**-0.5
-    whole = attend(q, k_cache, v_cache, tables, [(0, 0, length)], scale)
+    whole = attend(q, cache, tables, [(0, 0, length)], scale)
     # The same prompt in chunks of 7 (tiles cut elsewhere), then token by token as decodes.
     chunks = [(0, start, min(7, length - start)) for start in range(0, length, 7)]
-    chunked = attend(q, k_cache, v_cache, tables, chunks, scale)
+    chunked = attend(q, cache, tables, chunks, scale)
     assert torch.equal(chunked, whole)
     for position in (0, 13, length - 1):
-        alone = attend(
-            q[position : position + 1], k_cache, v_cache, tables, [(0, position, 1)], scale
-        )
+        alone = attend(q[position : position + 1], cache, tables, [(0, position, 1)], scale)
         assert torch.equal(alone[0], whole[position])
     # Inside a batch with other sequences' decodes and chunks around it.
-    others = torch.randn(9, heads, head_dim).to(dtype)
+    others = torch.randn(9, heads, head_dim).to(q.dtype)
     mixed_q = torch.cat([others[:3], q, others[3:]])
     spans = [(1, 30, 1), (2, 4, 1), (3, 60 // 2, 1), (0, 0, length), (4, 10, 6)]
-    mixed = attend(mixed_q, k_cache, v_cache, tables, spans, scale)
+    mixed = attend(mixed_q, cache, tables, spans, scale)
     assert torch.equal(mixed[3 : 3 + length], whole)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", FORMATS)
 def test_threads_taking_tiles_in_any_order_change_no_bit(dtype):
     """A long prompt's tiles differ in cost and go to threads largest first; the result must be
     the one a single thread computes, bit for bit, and the reference's within tolerance."""
     torch.manual_seed(2)
     heads, head_dim, block_size, length = 6, 64, 16, 300
-    k_cache, v_cache = random_cache(dtype, block_size, head_dim)
+    cache = random_cache(dtype, block_size, head_dim)
     tables = torch.randperm(96)[:60].view(3, 20)
     spans = [(1, 100, 1), (0, 0, length), (2, 250, 5)]
-    q = torch.randn(length + 6, heads, head_dim).to(dtype)
+    q = torch.randn(length + 6, heads, head_dim).to(query_dtype(dtype))
     scale = head_dim**-0.5
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        single = attend(q, k_cache, v_cache, tables, spans, scale)
+        single = attend(q, cache, tables, spans, scale)
         torch.set_num_threads(max(2, threads))
-        shared = attend(q, k_cache, v_cache, tables, spans, scale)
+        shared = attend(q, cache, tables, spans, scale)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(shared, single)
     meta = metadata(tables, spans)
     for token in (0, 1, 150, length, length + 5):
         row, length_seen = int(meta.token_seqs[token]), int(meta.token_lens[token])
-        keys, values = gather_context(k_cache, v_cache, tables[row], length_seen)
+        keys, values = gather_context(cache, tables[row], length_seen)
         expected = reference(q[token], keys, values, scale)
         torch.testing.assert_close(shared[token], expected, atol=1e-4, rtol=1e-4)
 
@@ -129,8 +174,7 @@ def test_a_windowed_layer_reads_only_its_window():
     torch.manual_seed(0)
     heads, kv_heads, dim, block = 2, 1, 8, 16
     length = 40
-    k_cache = torch.randn(kv_heads, 4, dim, block)
-    v_cache = torch.randn(kv_heads, 4, block, dim)
+    cache = LayerCache(torch.randn(kv_heads, 4, dim, block), torch.randn(kv_heads, 4, block, dim))
     meta = AttentionMetadata(
         slot_blocks=torch.zeros(1, dtype=torch.int64),
         slot_offsets=torch.zeros(1, dtype=torch.int64),
@@ -139,9 +183,9 @@ def test_a_windowed_layer_reads_only_its_window():
         token_lens=torch.tensor([length]),
     )
     q = torch.randn(1, heads, dim)
-    windowed = gathered_attention(q, k_cache, v_cache, meta, 1.0, window=10)
+    windowed = gathered_attention(q, cache, meta, 1.0, window=10)
     # Changing keys and values outside the window changes nothing.
-    k_cache[:, 0] = torch.randn(kv_heads, dim, block)
-    v_cache[:, 0] = torch.randn(kv_heads, block, dim)
-    assert torch.equal(windowed, gathered_attention(q, k_cache, v_cache, meta, 1.0, window=10))
-    assert not torch.equal(windowed, gathered_attention(q, k_cache, v_cache, meta, 1.0))
+    cache.keys[:, 0] = torch.randn(kv_heads, dim, block)
+    cache.values[:, 0] = torch.randn(kv_heads, block, dim)
+    assert torch.equal(windowed, gathered_attention(q, cache, meta, 1.0, window=10))
+    assert not torch.equal(windowed, gathered_attention(q, cache, meta, 1.0))

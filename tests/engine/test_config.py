@@ -1,7 +1,9 @@
+from types import SimpleNamespace
+
 import pytest
 
 from ragserve.engine import config
-from ragserve.engine.config import EngineConfig
+from ragserve.engine.config import EngineConfig, size_kv_cache
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, "bfloat16"), (False, "float32")])
@@ -33,6 +35,20 @@ def test_out_of_range_limits_are_refused_with_their_name(field, value, message):
 def test_an_unknown_quantization_is_refused():
     with pytest.raises(ValueError, match="quantization must be one of none, int8"):
         EngineConfig(quantization="int4")
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, int8"):
+        EngineConfig(kv_cache_dtype="fp8")
+
+
+def test_an_int8_kv_cache_counts_its_scales_and_holds_about_twice_the_tokens():
+    shape = SimpleNamespace(
+        num_layers=30, num_kv_heads=3, head_dim=64, max_position_embeddings=8192
+    )
+    bf16 = size_kv_cache(EngineConfig(dtype="bfloat16"), shape)
+    int8 = size_kv_cache(EngineConfig(dtype="bfloat16", kv_cache_dtype="int8"), shape)
+    assert bf16.bytes_per_token == 2 * 30 * 3 * 64 * 2
+    # An int8 byte per element, and a float32 scale per position, kv head, keys and values.
+    assert int8.bytes_per_token == 2 * 30 * 3 * (64 + 4)
+    assert 1.85 < int8.num_blocks / bf16.num_blocks < 1.9
 
 
 def test_the_avx2_isa_hides_every_flag_past_avx2(monkeypatch):

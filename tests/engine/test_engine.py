@@ -111,8 +111,13 @@ def test_request_metrics(llm_fp32):
     assert metrics.finished_time >= metrics.first_token_time
 
 
-def test_bfloat16_stays_close_to_float32(llm_fp32):
-    bf16 = LLM(dtype="bfloat16", kv_cache_memory_bytes=1024 * 23040)
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8"])
+def test_bfloat16_stays_close_to_float32(llm_fp32, kv_cache_dtype):
+    budget = 1024 * 23040  # 1,024 tokens of bfloat16 keys and values
+    bf16 = LLM(dtype="bfloat16", kv_cache_dtype=kv_cache_dtype, kv_cache_memory_bytes=budget)
+    # An int8 cache: a byte an element and a float32 scale per position and kv head.
+    expected_tokens = 1024 if kv_cache_dtype == "auto" else budget // (2 * 30 * 3 * (64 + 4))
+    assert abs(bf16.engine.kv_cache.num_tokens - expected_tokens) < 16
     agree = 0
     for prompt in PROMPTS:
         ref = llm_fp32.generate(prompt, GREEDY)[0].outputs[0].token_ids
@@ -122,6 +127,7 @@ def test_bfloat16_stays_close_to_float32(llm_fp32):
         )
     # Greedy paths drift apart after a near tie; on average they agree for most of the way.
     assert agree / len(PROMPTS) >= 12
+    assert_no_leak(bf16)
 
 
 def test_min_tokens_holds_off_eos_and_stops(llm_fp32):

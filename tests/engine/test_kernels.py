@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from ragserve.engine import kernels, packing
 from ragserve.engine.config import cpu_flags, native_bf16
+from ragserve.engine.kv_cache import LayerCache
 from ragserve.engine.layers import Projection
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -263,7 +264,8 @@ def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
     k = rows[:, : kv_heads * head_dim].view(3, kv_heads, head_dim)
     v = rows[:, kv_heads * head_dim : 2 * kv_heads * head_dim].view(3, kv_heads, head_dim)
     slot_blocks, slot_offsets = torch.tensor([5, 0, 5]), torch.tensor([3, 0, 1])
-    kernels.write_kv(k_cache, v_cache, k, v, slot_blocks, slot_offsets)
+    cache = LayerCache(k_cache, v_cache)
+    kernels.write_kv(cache, k, v, slot_blocks, slot_offsets)
     slots = zip(slot_blocks.tolist(), slot_offsets.tolist(), strict=True)
     for t, (block, offset) in enumerate(slots):
         assert torch.equal(k_cache[:, block, :, offset], k[t])
@@ -271,7 +273,49 @@ def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
     assert int((k_cache != 0).sum()) == int((k != 0).sum()), "nothing else is written"
     if path == "kernel":
         with pytest.raises(RuntimeError, match="slot out of range"):
-            kernels.write_kv(k_cache, v_cache, k, v, torch.tensor([6, 0, 0]), slot_offsets)
+            kernels.write_kv(cache, k, v, torch.tensor([6, 0, 0]), slot_offsets)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_rounds_into_an_int8_cache_with_a_scale_per_position(path, dtype):
+    torch.manual_seed(6)
+    kv_heads, head_dim, block_size, blocks = 2, 8, 4, 6
+    cache = LayerCache(
+        torch.zeros(kv_heads, blocks, head_dim, block_size, dtype=torch.int8),
+        torch.zeros(kv_heads, blocks, block_size, head_dim, dtype=torch.int8),
+        torch.zeros(kv_heads, blocks, block_size),
+        torch.zeros(kv_heads, blocks, block_size),
+    )
+    rows = (torch.randn(3, 2 * kv_heads * head_dim) * 3).to(dtype)
+    rows[1, :head_dim] = 0  # a head whose key is all zeros
+    k = rows[:, : kv_heads * head_dim].view(3, kv_heads, head_dim)
+    v = rows[:, kv_heads * head_dim :].view(3, kv_heads, head_dim)
+    slot_blocks, slot_offsets = torch.tensor([5, 0, 5]), torch.tensor([3, 0, 1])
+    kernels.write_kv(cache, k, v, slot_blocks, slot_offsets)
+    slots = zip(slot_blocks.tolist(), slot_offsets.tolist(), strict=True)
+    for t, (block, offset) in enumerate(slots):
+        for stored, scales, x in (
+            (cache.keys[:, block, :, offset], cache.key_scales[:, block, offset], k[t]),
+            (cache.values[:, block, offset], cache.value_scales[:, block, offset], v[t]),
+        ):
+            x = x.float()
+            amax = x.abs().amax(-1)
+            torch.testing.assert_close(scales, torch.where(amax > 0, amax / 127, 1.0))
+            # The largest value lands on +-127 and every value within half a step.
+            assert int(stored.abs().amax()) in (0, 127)
+            error = (stored.float() * scales.unsqueeze(-1) - x).abs()
+            assert bool((error <= scales.unsqueeze(-1) * 0.501).all())
+    # Nothing else is written: keys' slots index their last dimension, the others' their third.
+    untouched = [tensor.clone() for tensor in cache]
+    untouched[0][:, slot_blocks, :, slot_offsets] = 0
+    for tensor in untouched[1:]:
+        tensor[:, slot_blocks, slot_offsets] = 0
+    assert not any(tensor.any() for tensor in untouched)
+    if path == "kernel":
+        with pytest.raises(RuntimeError, match="needs its key and value scales"):
+            kernels.extension().write_kv(
+                k, v, cache.keys, cache.values, None, None, slot_blocks, slot_offsets
+            )
 
 
 @pytest.mark.parametrize("vocab", [64, 49152, 49157])

@@ -4,9 +4,11 @@
 #include <torch/csrc/utils/pybind.h>
 
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                           c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
                            at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
                            double scale);
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
+              c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
               at::Tensor slot_blocks, at::Tensor slot_offsets);
 at::Tensor small_batch_linear(at::Tensor x, at::Tensor weight, c10::optional<at::Tensor> bias,
                               at::ScalarType out_dtype);

@@ -19,6 +19,12 @@
 // [kv_heads, blocks, block_size, head_dim]. A block of keys is head_dim runs of block_size
 // lanes, so a block's scores are multiply-adds over lanes, with no transpose and no
 // horizontal sums.
+//
+// An int8 cache holds each position's key and value of a kv head as int8 with one float32 scale
+// each ([kv_heads, blocks, block_size]), rounded once when written (write_kv). Scores are the
+// dot products with the int8 keys times the key's scale, and each probability is multiplied by
+// its value's scale before the values are summed: half the bytes of a bfloat16 cache are read,
+// and the arithmetic is the same for every token, as above.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -235,9 +241,10 @@ static inline void accumulate_values(float* a0, float* a1, const float* probs0,
   }
 }
 
-template <typename scalar_t>
+template <typename scalar_t, typename cache_t>
 static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
-                             const at::Tensor& v_cache, const at::Tensor& block_tables,
+                             const at::Tensor& v_cache, const float* k_scales,
+                             const float* v_scales, const at::Tensor& block_tables,
                              const at::Tensor& token_seqs, const at::Tensor& token_lens,
                              double scale, at::Tensor& out) {
   const int64_t num_tokens = q.size(0);
@@ -250,8 +257,8 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
   const int64_t max_blocks = block_tables.size(1);
   const int64_t block_elems = block_size * head_dim;
   const scalar_t* q_ptr = q.data_ptr<scalar_t>();
-  const scalar_t* k_ptr = k_cache.data_ptr<scalar_t>();
-  const scalar_t* v_ptr = v_cache.data_ptr<scalar_t>();
+  const cache_t* k_ptr = k_cache.data_ptr<cache_t>();
+  const cache_t* v_ptr = v_cache.data_ptr<cache_t>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* seqs = token_seqs.data_ptr<int64_t>();
   const int64_t* lens = token_lens.data_ptr<int64_t>();
@@ -309,8 +316,12 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       const int64_t rows = tile_starts[tile + 1] - first;
       const int64_t pairs = rows * group;
       const int64_t* table = tables + seqs[first] * max_blocks;
-      const scalar_t* k_head = k_ptr + kv_head * cache_blocks * block_elems;
-      const scalar_t* v_head = v_ptr + kv_head * cache_blocks * block_elems;
+      const cache_t* k_head = k_ptr + kv_head * cache_blocks * block_elems;
+      const cache_t* v_head = v_ptr + kv_head * cache_blocks * block_elems;
+      // Scales of an int8 cache: one per position of each block.
+      auto block_scales = [&](const float* scales, int64_t b) {
+        return scales + (kv_head * cache_blocks + table[b]) * block_size;
+      };
       const int64_t tile_len = tile_lens[tile];
       // Pair p is query head (kv_head * group + p % group) of token first + p / group.
       auto pair_len = [&](int64_t p) { return lens[first + p / group]; };
@@ -324,7 +335,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       const int64_t num_blocks = (tile_len + block_size - 1) / block_size;
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(k_head + table[b + 1] * block_elems, block_elems);
-        const scalar_t* keys = k_head + table[b] * block_elems;
+        const cache_t* keys = k_head + table[b] * block_elems;
         const int64_t base = b * block_size;
         // Query heads whose context reaches this block. Score rows hold whole blocks, so lanes
         // past a head's context are written and never read.
@@ -351,6 +362,15 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
           block_scores_any(pair_queries[p], keys, head_dim, block_size, pair_outs[p]);
       }
 
+      if (k_scales != nullptr) {
+        for (int64_t b = 0; b < num_blocks; ++b) {
+          const float* key_scales = block_scales(k_scales, b);
+          for (int64_t p = 0; p < pairs; ++p) {
+            float* block_row = scores.get() + p * score_stride + b * block_size;
+            for (int64_t j = 0; j < block_size; ++j) block_row[j] *= key_scales[j];
+          }
+        }
+      }
       for (int64_t p = 0; p < pairs; ++p) {
         float* row = scores.get() + p * score_stride;
         const int64_t len = pair_len(p);
@@ -362,12 +382,17 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
         }
         const float inv_total = 1.0f / total;
         for (int64_t pos = 0; pos < len; ++pos) row[pos] *= inv_total;
+        for (int64_t b = 0; v_scales != nullptr && b * block_size < len; ++b) {
+          const float* value_scales = block_scales(v_scales, b);
+          const int64_t count = std::min(block_size, len - b * block_size);
+          for (int64_t j = 0; j < count; ++j) row[b * block_size + j] *= value_scales[j];
+        }
         std::fill(acc.get() + p * dim_stride, acc.get() + p * dim_stride + head_dim, 0.0f);
       }
 
       for (int64_t b = 0; b < num_blocks; ++b) {
         if (b + 1 < num_blocks) prefetch(v_head + table[b + 1] * block_elems, block_elems);
-        const scalar_t* values = v_head + table[b] * block_elems;
+        const cache_t* values = v_head + table[b] * block_elems;
         const int64_t base = b * block_size;
         for (int64_t p = 0; p < pairs; p += 2) {
           const bool second = p + 1 < pairs;
@@ -391,15 +416,30 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
 }  // namespace
 
+static void check_scales(const at::Tensor& k_scales, const at::Tensor& v_scales,
+                         const at::Tensor& k_cache) {
+  const auto expected = {k_cache.size(0), k_cache.size(1), k_cache.size(3)};
+  for (const at::Tensor* scales : {&k_scales, &v_scales})
+    TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() &&
+                    scales->sizes() == at::IntArrayRef(expected),
+                "scales must be contiguous float32 [kv_heads, blocks, block_size]");
+}
+
 // q [tokens, heads, head_dim]; block_tables [seqs, max_blocks] int64; token_seqs [tokens]: the
 // row of each token's sequence in block_tables (a sequence's tokens are consecutive);
-// token_lens [tokens]: positions each token attends (its position + 1). Returns float32
-// [tokens, heads, head_dim].
+// token_lens [tokens]: positions each token attends (its position + 1); k_scales and v_scales
+// for an int8 cache only. Returns float32 [tokens, heads, head_dim].
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                           c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
                            at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
                            double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "k and v caches' dtypes differ");
+  const bool quantized = k_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(quantized || q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
+  TORCH_CHECK(quantized == (k_scales.has_value() && v_scales.has_value()),
+              "an int8 cache needs its key and value scales, a float cache none");
+  if (quantized) check_scales(*k_scales, *v_scales, k_cache);
   TORCH_CHECK(q.size(1) % k_cache.size(0) == 0, "heads not a multiple of kv heads");
   TORCH_CHECK(k_cache.size(2) == q.size(2) && v_cache.size(3) == q.size(2), "head_dim differs");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2,
@@ -421,30 +461,63 @@ at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                     lens[t] <= block_tables.size(1) * block_size,
                 "token ", t, ": sequence row or length out of range");
   auto out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
-  if (q.scalar_type() == at::kBFloat16) {
-    attention_kernel<at::BFloat16>(q, k_cache, v_cache, block_tables, token_seqs, token_lens,
-                                   scale, out);
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat,
+              "q must be float32 or bfloat16");
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  if (quantized) {
+    const float* key_scales = k_scales->data_ptr<float>();
+    const float* value_scales = v_scales->data_ptr<float>();
+    if (bf16)
+      attention_kernel<at::BFloat16, int8_t>(q, k_cache, v_cache, key_scales, value_scales,
+                                             block_tables, token_seqs, token_lens, scale, out);
+    else
+      attention_kernel<float, int8_t>(q, k_cache, v_cache, key_scales, value_scales,
+                                      block_tables, token_seqs, token_lens, scale, out);
+  } else if (bf16) {
+    attention_kernel<at::BFloat16, at::BFloat16>(q, k_cache, v_cache, nullptr, nullptr,
+                                                 block_tables, token_seqs, token_lens, scale, out);
   } else {
-    TORCH_CHECK(q.scalar_type() == at::kFloat, "q must be float32 or bfloat16");
-    attention_kernel<float>(q, k_cache, v_cache, block_tables, token_seqs, token_lens, scale,
-                            out);
+    attention_kernel<float, float>(q, k_cache, v_cache, nullptr, nullptr, block_tables,
+                                   token_seqs, token_lens, scale, out);
   }
   return out;
 }
 
+// One position's key or value of one kv head in int8: rounded to the nearest multiple of
+// scale = max |x| / 127 (all zeros: scale 1).
+template <typename scalar_t>
+static inline void quantize_row(const scalar_t* x, int64_t n, int64_t stride, int8_t* out,
+                                float* scale) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(widen(x[i])));
+  const float step = amax > 0.0f ? amax / 127.0f : 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::nearbyint(widen(x[i]) / step);
+    out[i * stride] = int8_t(std::clamp(q, -127.0f, 127.0f));
+  }
+  *scale = step;
+}
+
 // Stores the step's new keys and values at their slots: k and v [tokens, kv_heads, head_dim]
 // (rows may be strided, as slices of the fused qkv rows), slot_blocks and slot_offsets [tokens].
+// An int8 cache (k_scales and v_scales given) gets them rounded, with their scales.
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
+              c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
               at::Tensor slot_blocks, at::Tensor slot_offsets) {
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [tokens, heads, dim]");
   TORCH_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "k and v rows must be contiguous");
-  TORCH_CHECK(k.scalar_type() == k_cache.scalar_type() &&
-                  v.scalar_type() == v_cache.scalar_type(),
-              "k, v and the cache must share a dtype");
+  const bool quantized = k_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(k.scalar_type() == v.scalar_type() && v_cache.scalar_type() == k_cache.scalar_type(),
+              "k and v, and their caches, must share a dtype");
+  TORCH_CHECK(quantized || k.scalar_type() == k_cache.scalar_type(),
+              "k, v and a float cache must share a dtype");
+  TORCH_CHECK(quantized == (k_scales.has_value() && v_scales.has_value()),
+              "an int8 cache needs its key and value scales, a float cache none");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
   TORCH_CHECK(k_cache.size(0) == k.size(1) && k_cache.size(2) == k.size(2) &&
                   v_cache.size(3) == k.size(2),
               "cache heads or head_dim differ from k's");
+  if (quantized) check_scales(*k_scales, *v_scales, k_cache);
   TORCH_CHECK(slot_blocks.scalar_type() == at::kLong &&
                   slot_offsets.scalar_type() == at::kLong &&
                   slot_blocks.numel() == k.size(0) && slot_offsets.numel() == k.size(0),
@@ -460,22 +533,37 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
                     offset_ptr[t] < block_size,
                 "slot out of range");
   const int64_t block_elems = head_dim * block_size;
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, k.scalar_type(), "write_kv", [&] {
+  TORCH_CHECK(k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16,
+              "k and v must be float32 or bfloat16");
+  auto store = [&](auto zero) {
+    using scalar_t = decltype(zero);
     const scalar_t* k_ptr = k.data_ptr<scalar_t>();
     const scalar_t* v_ptr = v.data_ptr<scalar_t>();
-    scalar_t* kc = k_cache.data_ptr<scalar_t>();
-    scalar_t* vc = v_cache.data_ptr<scalar_t>();
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t block = block_ptr[t], offset = offset_ptr[t];
       for (int64_t h = 0; h < heads; ++h) {
         const scalar_t* key = k_ptr + t * k.stride(0) + h * k.stride(1);
         const scalar_t* value = v_ptr + t * v.stride(0) + h * v.stride(1);
-        scalar_t* key_block = kc + (h * cache_blocks + block) * block_elems;
-        scalar_t* value_row = vc + (h * cache_blocks + block) * block_elems + offset * head_dim;
+        const int64_t block_index = h * cache_blocks + block;
+        const int64_t key_at = block_index * block_elems + offset;
+        const int64_t value_at = block_index * block_elems + offset * head_dim;
         // Keys are stored dimension-major within a block: one lane per position.
-        for (int64_t i = 0; i < head_dim; ++i) key_block[i * block_size + offset] = key[i];
-        std::copy(value, value + head_dim, value_row);
+        if (quantized) {
+          const int64_t scale_at = block_index * block_size + offset;
+          quantize_row(key, head_dim, block_size, k_cache.data_ptr<int8_t>() + key_at,
+                       k_scales->data_ptr<float>() + scale_at);
+          quantize_row(value, head_dim, 1, v_cache.data_ptr<int8_t>() + value_at,
+                       v_scales->data_ptr<float>() + scale_at);
+          continue;
+        }
+        scalar_t* key_block = k_cache.data_ptr<scalar_t>() + key_at;
+        for (int64_t i = 0; i < head_dim; ++i) key_block[i * block_size] = key[i];
+        std::copy(value, value + head_dim, v_cache.data_ptr<scalar_t>() + value_at);
       }
     }
-  });
+  };
+  if (k.scalar_type() == at::kBFloat16)
+    store(at::BFloat16());
+  else
+    store(float());
 }

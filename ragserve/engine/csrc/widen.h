@@ -1,6 +1,7 @@
 // bfloat16 is the top half of a float32, so widening is an exact shift that, unlike
-// c10::BFloat16's conversion, vectorizes. float widens to itself, so kernels can be written once
-// for both dtypes. Also the AVX2 lane sum the kernels share.
+// c10::BFloat16's conversion, vectorizes. float widens to itself and int8 (a quantized KV cache)
+// to its value, so kernels can be written once for every dtype. Also the AVX2 lane sum the
+// kernels share.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -9,6 +10,12 @@
 #include <cstring>
 
 static inline float widen(float x) { return x; }
+
+static inline float widen(int8_t x) { return float(x); }
+
+// Kernels dispatched over every floating type compile for double too, which would otherwise
+// convert as readily to int8_t as to float.
+static inline float widen(double x) { return float(x); }
 
 static inline float widen(c10::BFloat16 x) {
   uint32_t bits = uint32_t(reinterpret_cast<const uint16_t&>(x)) << 16;
@@ -22,6 +29,11 @@ static inline float widen(c10::BFloat16 x) {
 
 // Eight consecutive values as float32 lanes.
 static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+static inline __m256 load8(const int8_t* p) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+}
 
 static inline __m256 load8(const c10::BFloat16* p) {
   const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -40,6 +52,11 @@ static inline float sum8(__m256 v) {
 #if defined(__AVX512F__)
 // Sixteen consecutive values as float32 lanes.
 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+static inline __m512 load16(const int8_t* p) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+}
 
 static inline __m512 load16(const c10::BFloat16* p) {
   const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

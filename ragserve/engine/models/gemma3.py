@@ -16,6 +16,7 @@ from transformers import PretrainedConfig
 
 from ragserve.engine.attention import AttentionMetadata
 from ragserve.engine.kernels import add_rms_norm, rope_in_place
+from ragserve.engine.kv_cache import LayerCache
 from ragserve.engine.layers import Projection, attend, rope_tables
 from ragserve.engine.models.spec import ModelSpec
 
@@ -104,7 +105,7 @@ class Gemma3Model:
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_layers: list[LayerCache],
         invariant: bool = False,
     ) -> torch.Tensor:
         spec = self.spec

@@ -9,6 +9,7 @@ import torch
 from transformers import PretrainedConfig
 
 from ragserve.engine.attention import AttentionMetadata
+from ragserve.engine.kv_cache import LayerCache
 
 if TYPE_CHECKING:  # layers.py reads ModelSpec; importing it at run time would be circular
     from ragserve.engine.layers import Projection
@@ -55,7 +56,7 @@ class DecoderModel(Protocol):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        kv_layers: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_layers: list[LayerCache],
         invariant: bool = False,
     ) -> torch.Tensor: ...
 
