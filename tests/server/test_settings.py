@@ -25,3 +25,12 @@ def test_unknown_keys_and_bad_values_are_errors(tmp_path):
         Settings(max_num_seqs=0)
     with pytest.raises(FileNotFoundError):
         Settings.load(tmp_path / "missing.toml")
+
+
+def test_engine_settings_reach_the_engine_config(monkeypatch):
+    monkeypatch.setenv("RAGSERVE_KV_CACHE_DTYPE", "int8")
+    monkeypatch.setenv("RAGSERVE_QUANTIZATION", "int8")
+    config = Settings().engine_config()
+    assert (config.kv_cache_dtype, config.quantization) == ("int8", "int8")
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, int8"):
+        Settings(kv_cache_dtype="fp8").engine_config()
