@@ -535,10 +535,16 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
   const int64_t block_elems = head_dim * block_size;
   TORCH_CHECK(k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16,
               "k and v must be float32 or bfloat16");
+  int8_t* k_int8 = quantized ? k_cache.data_ptr<int8_t>() : nullptr;
+  int8_t* v_int8 = quantized ? v_cache.data_ptr<int8_t>() : nullptr;
+  float* key_scales = quantized ? k_scales->data_ptr<float>() : nullptr;
+  float* value_scales = quantized ? v_scales->data_ptr<float>() : nullptr;
   auto store = [&](auto zero) {
     using scalar_t = decltype(zero);
     const scalar_t* k_ptr = k.data_ptr<scalar_t>();
     const scalar_t* v_ptr = v.data_ptr<scalar_t>();
+    scalar_t* kc = quantized ? nullptr : k_cache.data_ptr<scalar_t>();
+    scalar_t* vc = quantized ? nullptr : v_cache.data_ptr<scalar_t>();
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t block = block_ptr[t], offset = offset_ptr[t];
       for (int64_t h = 0; h < heads; ++h) {
@@ -550,15 +556,12 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
         // Keys are stored dimension-major within a block: one lane per position.
         if (quantized) {
           const int64_t scale_at = block_index * block_size + offset;
-          quantize_row(key, head_dim, block_size, k_cache.data_ptr<int8_t>() + key_at,
-                       k_scales->data_ptr<float>() + scale_at);
-          quantize_row(value, head_dim, 1, v_cache.data_ptr<int8_t>() + value_at,
-                       v_scales->data_ptr<float>() + scale_at);
+          quantize_row(key, head_dim, block_size, k_int8 + key_at, key_scales + scale_at);
+          quantize_row(value, head_dim, 1, v_int8 + value_at, value_scales + scale_at);
           continue;
         }
-        scalar_t* key_block = k_cache.data_ptr<scalar_t>() + key_at;
-        for (int64_t i = 0; i < head_dim; ++i) key_block[i * block_size] = key[i];
-        std::copy(value, value + head_dim, v_cache.data_ptr<scalar_t>() + value_at);
+        for (int64_t i = 0; i < head_dim; ++i) kc[key_at + i * block_size] = key[i];
+        std::copy(value, value + head_dim, vc + value_at);
       }
     }
   };
