@@ -41,7 +41,8 @@ browser:
 test: install $(VENV)/.ray browser
 	$(VENV)/bin/ruff check ragserve tests
 	$(VENV)/bin/ruff format --check ragserve tests
-	$(VENV)/bin/pytest -q --durations=30
+	$(VENV)/bin/pytest -q -n auto --maxprocesses 4 --dist loadscope -m "not serial" --durations=30
+	$(VENV)/bin/pytest -q -m serial --durations=10
 
 # What a developer runs on every edit: the tests that need no real model, no server over it, no
 # PostgreSQL, Chromium or Ray (tests/conftest.py marks the others slow); the engine's mechanics

@@ -99,6 +99,12 @@ SLOW_MODULE_TEXT = (
 )
 
 
+# What must run alone (`make test` runs the rest on both cores first, then these one at a time):
+# a test whose pass depends on how fast the machine answers (the soak's refusal latency and its
+# load's timing), and Ray's (one local cluster on the machine at a time).
+SERIAL_PATHS = ("tests/reliability/test_soak.py", "tests/cluster/")
+
+
 def _builds_slow_parts(module) -> bool:
     source = inspect.getsource(module)
     return any(text in source for text in SLOW_MODULE_TEXT)
@@ -117,3 +123,5 @@ def pytest_collection_modifyitems(config, items):
             or (params is not None and "postgres" in params.params.values())
         ):
             item.add_marker(pytest.mark.slow)
+        if item.nodeid.startswith(SERIAL_PATHS):
+            item.add_marker(pytest.mark.serial)
