@@ -1,6 +1,8 @@
 import inspect
 import os
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -65,12 +67,15 @@ def reader():
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
+def postgres_server():
     """A real PostgreSQL with pgvector, from the pgserver package."""
     pgserver = pytest.importorskip("pgserver")
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
-    yield server
-    server.cleanup()
+    # Outside pytest's temporary tree: run as root, pgserver opens the data folder's parents to
+    # its own user, and each pytest-xdist worker closes pytest's tree to others again as it starts.
+    with tempfile.TemporaryDirectory(prefix="ragserve-pg-") as folder:
+        server = pgserver.get_server(Path(folder) / "pgdata", cleanup_mode="stop")
+        yield server
+        server.cleanup()
 
 
 def new_postgres_database(server) -> str:
