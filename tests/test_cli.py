@@ -344,3 +344,26 @@ def test_docs_versions_and_restore(tmp_path, embedder, monkeypatch):
     assert json.loads(restored.stdout)[0]["version"] == 3
     missing = run("docs", "restore", doc_id, "7", *data)
     assert missing.returncode == 1 and "no earlier version 7" in missing.stdout
+
+
+def test_serving_moves_what_startup_loaded_out_of_the_collectors_view(monkeypatch):
+    """`serve` and `demo` freeze the objects alive when serving begins: a full collection over
+    them would stop every stream for a fifth of a second."""
+    import gc
+
+    import uvicorn
+
+    from ragserve.cli.model import run_server
+    from ragserve.settings import Settings
+
+    frozen_when_serving: list[int] = []
+    monkeypatch.setattr(
+        uvicorn, "run", lambda *a, **k: frozen_when_serving.append(gc.get_freeze_count())
+    )
+    loaded = [[] for _ in range(1000)]
+    assert gc.get_freeze_count() == 0
+    try:
+        run_server(None, Settings())
+    finally:
+        gc.unfreeze()
+    assert frozen_when_serving and frozen_when_serving[0] >= len(loaded)
