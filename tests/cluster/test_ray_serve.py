@@ -11,6 +11,9 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+# Ray is optional (ragserve[ray]; `make test` installs it, `make test-fast` runs without it).
+pytest.importorskip("ray")
+
 from ragserve.access import Role
 from ragserve.cluster.deploy import deployed
 from ragserve.keys import KeyStore

@@ -3,6 +3,11 @@ per-user limits and the replicas' stats."""
 
 import asyncio
 
+import pytest
+
+# Ray is optional (ragserve[ray]; `make test` installs it, `make test-fast` runs without it).
+pytest.importorskip("ray")
+
 from ragserve.cluster import shared_state
 from ragserve.cluster.shared_state import SharedState
 from ragserve.engine.block_manager import extend_block_hashes
