@@ -46,6 +46,10 @@
 #include <immintrin.h>
 #endif
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define LANES16 1
+#endif
+
 namespace {
 
 constexpr int64_t kTileRows = 16;
@@ -81,53 +85,175 @@ static Scratch scratch(int64_t floats) {
   return Scratch(p);
 }
 
-// Blocks are scattered in memory, so the hardware prefetcher cannot guess the next one.
-template <typename scalar_t>
-static inline void prefetch(const scalar_t* ptr, int64_t elems) {
-  const char* bytes = reinterpret_cast<const char*>(ptr);
-  for (int64_t off = 0; off < elems * int64_t(sizeof(scalar_t)); off += 64)
-    __builtin_prefetch(bytes + off);
-}
-
+// Blocks scored at once: each block's lanes are chains of their own, and a decode token's three
+// query heads alone are three chains, too few to cover the multiply-add latency. Query heads
+// whose values are summed at once, and value dimensions per pass (sixteen each). As many as the
+// registers hold.
 #if defined(__AVX512F__)
-// One 16-position block's scores for kPairs query heads at once, a vector of lanes each; every
-// lane is its own multiply-add chain over head_dim, as in block_scores_any.
-template <int kPairs, typename scalar_t>
-static inline void block_scores16(const float* const* queries, const scalar_t* keys,
-                                  int64_t head_dim, float* const* outs) {
-  __m512 lanes[kPairs];
-  for (int p = 0; p < kPairs; ++p) lanes[p] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < head_dim; ++i) {
-    const __m512 key = load16(keys + i * 16);
-    for (int p = 0; p < kPairs; ++p)
-      lanes[p] = _mm512_fmadd_ps(_mm512_set1_ps(queries[p][i]), key, lanes[p]);
+constexpr int kScoreBlocks = 4;
+constexpr int kValueHeads = 4;
+constexpr int kValueChunks = 4;
+#else
+constexpr int kScoreBlocks = 1;
+constexpr int kValueHeads = 2;
+constexpr int kValueChunks = 2;
+#endif
+
+#if defined(LANES16)
+// Sixteen float32 lanes: one register with AVX-512, two with AVX2, so the loops below are
+// written once for both.
+struct Lanes16 {
+#if defined(__AVX512F__)
+  __m512 v;
+  static Lanes16 zero() { return {_mm512_setzero_ps()}; }
+  template <typename scalar_t>
+  static Lanes16 load(const scalar_t* p) { return {load16(p)}; }
+  // this + weight * x, per lane in one rounding.
+  Lanes16 fmadd(__m512 weight, const Lanes16& x) const {
+    return {_mm512_fmadd_ps(weight, x.v, v)};
   }
-  for (int p = 0; p < kPairs; ++p) _mm512_storeu_ps(outs[p], lanes[p]);
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-// The same in two vectors of eight lanes.
-template <int kPairs, typename scalar_t>
-static inline void block_scores16(const float* const* queries, const scalar_t* keys,
-                                  int64_t head_dim, float* const* outs) {
-  __m256 low[kPairs], high[kPairs];
-  for (int p = 0; p < kPairs; ++p) low[p] = high[p] = _mm256_setzero_ps();
+  static __m512 broadcast(float x) { return _mm512_set1_ps(x); }
+  void store(float* p) const { _mm512_storeu_ps(p, v); }
+#else
+  __m256 low, high;
+  static Lanes16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  template <typename scalar_t>
+  static Lanes16 load(const scalar_t* p) { return {load8(p), load8(p + 8)}; }
+  Lanes16 fmadd(__m256 weight, const Lanes16& x) const {
+    return {_mm256_fmadd_ps(weight, x.low, low), _mm256_fmadd_ps(weight, x.high, high)};
+  }
+  static __m256 broadcast(float x) { return _mm256_set1_ps(x); }
+  void store(float* p) const {
+    _mm256_storeu_ps(p, low);
+    _mm256_storeu_ps(p + 8, high);
+  }
+#endif
+};
+
+// The scores of kPairs query heads against kScoreBlocks 16-position blocks of keys (keys[b]),
+// into outs[p] + 16 b: every lane is its own multiply-add chain over head_dim, as in
+// block_scores_any.
+template <int kPairs, int kBlocks, typename scalar_t>
+static inline void block_scores16(const float* const* queries, const scalar_t* const* keys,
+                                  const scalar_t* const* next, int64_t head_dim,
+                                  float* const* outs) {
+  // Elements per cache line of keys: each step below reads 16 of every block.
+  constexpr int64_t kLineSteps = 64 / (16 * sizeof(scalar_t));
+  // Pointers copied into locals, which the compiler keeps in registers through the loop.
+  const float* query[kPairs];
+  const scalar_t *block[kBlocks], *ahead[kBlocks];
+  Lanes16 lanes[kPairs][kBlocks];
+#pragma GCC unroll 16
+  for (int p = 0; p < kPairs; ++p) {
+    query[p] = queries[p];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) lanes[p][b] = Lanes16::zero();
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) {
+    block[b] = keys[b];
+    ahead[b] = next != nullptr ? next[b] : nullptr;
+  }
   for (int64_t i = 0; i < head_dim; ++i) {
-    const __m256 keys_low = load8(keys + i * 16);
-    const __m256 keys_high = load8(keys + i * 16 + 8);
+    // The next blocks' lines, a line per block every kLineSteps steps: spread out, the prefetches
+    // never fill the queue of misses the loads wait behind.
+    if (next != nullptr && i % kLineSteps == 0)
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b) __builtin_prefetch(ahead[b] + i * 16);
+    Lanes16 key[kBlocks];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) key[b] = Lanes16::load(block[b] + i * 16);
+#pragma GCC unroll 16
     for (int p = 0; p < kPairs; ++p) {
-      const __m256 qi = _mm256_broadcast_ss(queries[p] + i);
-      low[p] = _mm256_fmadd_ps(qi, keys_low, low[p]);
-      high[p] = _mm256_fmadd_ps(qi, keys_high, high[p]);
+      const auto qi = Lanes16::broadcast(query[p][i]);
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b) lanes[p][b] = lanes[p][b].fmadd(qi, key[b]);
     }
   }
-  for (int p = 0; p < kPairs; ++p) {
-    _mm256_storeu_ps(outs[p], low[p]);
-    _mm256_storeu_ps(outs[p] + 8, high[p]);
+#pragma GCC unroll 16
+  for (int p = 0; p < kPairs; ++p)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) lanes[p][b].store(outs[p] + 16 * b);
+}
+
+// out[h][i] += sum over positions j < lens[h] of probs[h][j] * value_j[i], for kHeads query heads
+// and dimensions [dim, dim + 16 kChunks): one chain over j per dimension, in position order,
+// through every block of the context. The heads share every value read and widened. blocks[num_blocks]
+// exists (padding), to be fetched ahead.
+template <int kHeads, int kChunks, typename scalar_t>
+static inline void accumulate_heads(float* const* outs, const float* const* probs,
+                                    const int64_t* lens, const scalar_t* const* blocks,
+                                    int64_t num_blocks, int64_t block_size, int64_t head_dim,
+                                    int64_t dim) {
+  const float* weights[kHeads];  // locals, kept in registers
+  Lanes16 acc[kHeads][kChunks];
+#pragma GCC unroll 16
+  for (int h = 0; h < kHeads; ++h) {
+    weights[h] = probs[h];
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[h][c] = Lanes16::zero();
   }
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const scalar_t* values = blocks[b] + dim;
+    const int64_t base = b * block_size;
+    int64_t counts[kHeads];
+    int64_t common = block_size;
+#pragma GCC unroll 16
+    for (int h = 0; h < kHeads; ++h) {
+      counts[h] = std::clamp<int64_t>(lens[h] - base, 0, block_size);
+      common = std::min(common, counts[h]);
+    }
+    // The first pass over the dimensions fetches the next block's whole rows ahead: later passes
+    // find them in cache instead of sweeping memory again for the lines between.
+    const char* next = reinterpret_cast<const char*>(blocks[b + 1]);
+    const int64_t row_bytes = dim == 0 ? head_dim * int64_t(sizeof(scalar_t)) : 0;
+    for (int64_t j = 0; j < common; ++j) {
+      for (int64_t line = 0; line < row_bytes; line += 64)
+        __builtin_prefetch(next + j * row_bytes + line);
+      Lanes16 value[kChunks];
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c)
+        value[c] = Lanes16::load(values + j * head_dim + 16 * c);
+#pragma GCC unroll 16
+      for (int h = 0; h < kHeads; ++h) {
+        const auto weight = Lanes16::broadcast(weights[h][base + j]);
+#pragma GCC unroll 16
+        for (int c = 0; c < kChunks; ++c) acc[h][c] = acc[h][c].fmadd(weight, value[c]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < kHeads; ++h)
+      for (int64_t j = common; j < counts[h]; ++j) {
+        const auto weight = Lanes16::broadcast(weights[h][base + j]);
+#pragma GCC unroll 16
+        for (int c = 0; c < kChunks; ++c)
+          acc[h][c] = acc[h][c].fmadd(weight, Lanes16::load(values + j * head_dim + 16 * c));
+      }
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) acc[h][c].store(outs[h] + dim + 16 * c);
 }
 #endif
 
-// The same for a block size known only at run time.
+// The same chains one dimension at a time, for dimensions [dim, head_dim) of one head.
+template <typename scalar_t>
+static inline void accumulate_any(float* out, const float* probs, int64_t len,
+                                  const scalar_t* const* blocks, int64_t num_blocks,
+                                  int64_t block_size, int64_t head_dim, int64_t dim) {
+  for (int64_t i = dim; i < head_dim; ++i) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t count = std::clamp<int64_t>(len - b * block_size, 0, block_size);
+      for (int64_t j = 0; j < count; ++j)
+        sum = madd(sum, probs[b * block_size + j], widen(blocks[b][j * head_dim + i]));
+    }
+    out[i] = sum;
+  }
+}
+
+// The block size known only at run time.
 template <typename scalar_t>
 static inline void block_scores_any(const float* query, const scalar_t* keys, int64_t head_dim,
                                     int64_t block_size, float* out) {
@@ -138,108 +264,45 @@ static inline void block_scores_any(const float* query, const scalar_t* keys, in
   }
 }
 
-// a[i] += sum over j < count of probs[j] * values[j][i], a chain over j for every i, for two
-// query heads at once (a1 may be null): both read, and widen, each value vector once.
-#if defined(__AVX2__) && defined(__FMA__)
-// 32 consecutive dimensions of both: eight independent chains keep both multiply-add units busy
-// through their four-cycle latency.
-template <typename scalar_t>
-static inline void accumulate_lanes(float* a0, float* a1, const float* probs0,
-                                    const float* probs1, const scalar_t* values, int64_t count0,
-                                    int64_t count1, int64_t head_dim) {
-  __m256 acc0[4], acc1[4];
-  for (int v = 0; v < 4; ++v) {
-    acc0[v] = _mm256_loadu_ps(a0 + 8 * v);
-    acc1[v] = a1 ? _mm256_loadu_ps(a1 + 8 * v) : _mm256_setzero_ps();
-  }
-  const int64_t both = std::max<int64_t>(0, std::min(count0, a1 ? count1 : 0));
-  for (int64_t j = 0; j < both; ++j) {
-    const __m256 weight0 = _mm256_broadcast_ss(probs0 + j);
-    const __m256 weight1 = _mm256_broadcast_ss(probs1 + j);
-    for (int v = 0; v < 4; ++v) {
-      const __m256 value = load8(values + j * head_dim + 8 * v);
-      acc0[v] = _mm256_fmadd_ps(weight0, value, acc0[v]);
-      acc1[v] = _mm256_fmadd_ps(weight1, value, acc1[v]);
-    }
-  }
-  for (int64_t j = both; j < count0; ++j) {
-    const __m256 weight0 = _mm256_broadcast_ss(probs0 + j);
-    for (int v = 0; v < 4; ++v)
-      acc0[v] = _mm256_fmadd_ps(weight0, load8(values + j * head_dim + 8 * v), acc0[v]);
-  }
-  for (int64_t j = both; a1 && j < count1; ++j) {
-    const __m256 weight1 = _mm256_broadcast_ss(probs1 + j);
-    for (int v = 0; v < 4; ++v)
-      acc1[v] = _mm256_fmadd_ps(weight1, load8(values + j * head_dim + 8 * v), acc1[v]);
-  }
-  for (int v = 0; v < 4; ++v) {
-    _mm256_storeu_ps(a0 + 8 * v, acc0[v]);
-    if (a1) _mm256_storeu_ps(a1 + 8 * v, acc1[v]);
+#if defined(LANES16)
+// block_scores16 over every pair, up to four at a time;
+// keys[kBlocks, 2 kBlocks) are the blocks scored next, fetched ahead by the first pairs.
+template <int kBlocks, typename scalar_t>
+static inline void score_pairs(const float* const* queries, const scalar_t* const* keys,
+                               int64_t pairs, int64_t head_dim, float* const* rows, int64_t base) {
+  float* outs[4];
+  for (int64_t p = 0; p < pairs; p += 4) {
+    const int64_t count = std::min<int64_t>(4, pairs - p);
+    const scalar_t* const* next = p == 0 ? keys + kBlocks : nullptr;
+    for (int64_t i = 0; i < count; ++i) outs[i] = rows[p + i] + base;
+    if (count == 4) block_scores16<4, kBlocks>(queries + p, keys, next, head_dim, outs);
+    if (count == 3) block_scores16<3, kBlocks>(queries + p, keys, next, head_dim, outs);
+    if (count == 2) block_scores16<2, kBlocks>(queries + p, keys, next, head_dim, outs);
+    if (count == 1) block_scores16<1, kBlocks>(queries + p, keys, next, head_dim, outs);
   }
 }
-#endif
 
+// accumulate_heads over every pair, kValueHeads at a time.
+template <int kChunks, typename scalar_t>
+static inline void value_pairs(float* const* outs, const float* const* probs,
+                               const int64_t* lens, int64_t pairs,
+                               const scalar_t* const* blocks, int64_t num_blocks,
+                               int64_t block_size, int64_t head_dim, int64_t dim) {
+  for (int64_t p = 0; p < pairs; p += kValueHeads) {
+    const int64_t count = std::min<int64_t>(kValueHeads, pairs - p);
+    auto run = [&](auto heads) {
+      accumulate_heads<decltype(heads)::value, kChunks>(outs + p, probs + p, lens + p, blocks,
+                                                        num_blocks, block_size, head_dim, dim);
+    };
+    if (count == 1) run(std::integral_constant<int, 1>());
+    if (count == 2) run(std::integral_constant<int, 2>());
 #if defined(__AVX512F__)
-// 64 consecutive dimensions of both in sixteen-lane vectors: the same chains as
-// accumulate_lanes, with half the instructions.
-template <typename scalar_t>
-static inline void accumulate_lanes64(float* a0, float* a1, const float* probs0,
-                                      const float* probs1, const scalar_t* values,
-                                      int64_t count0, int64_t count1, int64_t head_dim) {
-  __m512 acc0[4], acc1[4];
-  for (int v = 0; v < 4; ++v) {
-    acc0[v] = _mm512_loadu_ps(a0 + 16 * v);
-    acc1[v] = a1 ? _mm512_loadu_ps(a1 + 16 * v) : _mm512_setzero_ps();
-  }
-  const int64_t both = std::max<int64_t>(0, std::min(count0, a1 ? count1 : 0));
-  for (int64_t j = 0; j < both; ++j) {
-    const __m512 weight0 = _mm512_set1_ps(probs0[j]);
-    const __m512 weight1 = _mm512_set1_ps(probs1[j]);
-    for (int v = 0; v < 4; ++v) {
-      const __m512 value = load16(values + j * head_dim + 16 * v);
-      acc0[v] = _mm512_fmadd_ps(weight0, value, acc0[v]);
-      acc1[v] = _mm512_fmadd_ps(weight1, value, acc1[v]);
-    }
-  }
-  for (int64_t j = both; j < count0; ++j) {
-    const __m512 weight0 = _mm512_set1_ps(probs0[j]);
-    for (int v = 0; v < 4; ++v)
-      acc0[v] = _mm512_fmadd_ps(weight0, load16(values + j * head_dim + 16 * v), acc0[v]);
-  }
-  for (int64_t j = both; a1 && j < count1; ++j) {
-    const __m512 weight1 = _mm512_set1_ps(probs1[j]);
-    for (int v = 0; v < 4; ++v)
-      acc1[v] = _mm512_fmadd_ps(weight1, load16(values + j * head_dim + 16 * v), acc1[v]);
-  }
-  for (int v = 0; v < 4; ++v) {
-    _mm512_storeu_ps(a0 + 16 * v, acc0[v]);
-    if (a1) _mm512_storeu_ps(a1 + 16 * v, acc1[v]);
+    if (count == 3) run(std::integral_constant<int, 3>());
+    if (count == 4) run(std::integral_constant<int, 4>());
+#endif
   }
 }
 #endif
-
-template <typename scalar_t>
-static inline void accumulate_values(float* a0, float* a1, const float* probs0,
-                                     const float* probs1, const scalar_t* values, int64_t count0,
-                                     int64_t count1, int64_t head_dim) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 64 <= head_dim; i += 64)
-    accumulate_lanes64(a0 + i, a1 ? a1 + i : nullptr, probs0, probs1, values + i, count0,
-                       count1, head_dim);
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-  for (; i + 32 <= head_dim; i += 32)
-    accumulate_lanes(a0 + i, a1 ? a1 + i : nullptr, probs0, probs1, values + i, count0, count1,
-                     head_dim);
-#endif
-  for (; i < head_dim; ++i) {
-    for (int64_t j = 0; j < count0; ++j)
-      a0[i] = madd(a0[i], probs0[j], widen(values[j * head_dim + i]));
-    for (int64_t j = 0; a1 && j < count1; ++j)
-      a1[i] = madd(a1[i], probs1[j], widen(values[j * head_dim + i]));
-  }
-}
 
 template <typename scalar_t, typename cache_t>
 static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
@@ -304,10 +367,13 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch query = scratch(max_pairs * dim_stride);
-    Scratch acc = scratch(max_pairs * dim_stride);
     Scratch scores = scratch(max_pairs * score_stride);
-    std::vector<const float*> pair_queries(max_pairs);
-    std::vector<float*> pair_outs(max_pairs);
+    std::vector<const float*> pair_queries(max_pairs), pair_probs(max_pairs);
+    std::vector<float*> pair_rows(max_pairs), pair_outs(max_pairs);
+    std::vector<int64_t> pair_lens(max_pairs);
+    // Padded with the last block, so that the blocks after any block's exist to be fetched ahead.
+    std::vector<const cache_t*> key_blocks(max_blocks + 2 * kScoreBlocks),
+        value_blocks(max_blocks + 1);
     for (int64_t taken = next_task++; taken < num_tasks; taken = next_task++) {
       const int64_t task = order[taken];
       const int64_t tile = task / num_kv_heads;
@@ -322,58 +388,56 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       auto block_scales = [&](const float* scales, int64_t b) {
         return scales + (kv_head * cache_blocks + table[b]) * block_size;
       };
-      const int64_t tile_len = tile_lens[tile];
+      const int64_t num_blocks = (tile_lens[tile] + block_size - 1) / block_size;
+      for (int64_t b = 0; b < num_blocks + 2 * kScoreBlocks; ++b) {
+        const int64_t block = table[std::min(b, num_blocks - 1)];
+        key_blocks[b] = k_head + block * block_elems;
+        if (b <= num_blocks) value_blocks[b] = v_head + block * block_elems;
+      }
+      // An int8 cache's scales: a line per block, read after the scores; fetched now.
+      for (int64_t b = 0; k_scales != nullptr && b < num_blocks; ++b) {
+        __builtin_prefetch(block_scales(k_scales, b));
+        __builtin_prefetch(block_scales(v_scales, b));
+      }
       // Pair p is query head (kv_head * group + p % group) of token first + p / group.
-      auto pair_len = [&](int64_t p) { return lens[first + p / group]; };
       for (int64_t p = 0; p < pairs; ++p) {
-        const int64_t head = kv_head * group + p % group;
-        const scalar_t* src = q_ptr + ((first + p / group) * num_heads + head) * head_dim;
+        const int64_t token = first + p / group, head = kv_head * group + p % group;
+        const scalar_t* src = q_ptr + (token * num_heads + head) * head_dim;
         float* dst = query.get() + p * dim_stride;
         for (int64_t i = 0; i < head_dim; ++i) dst[i] = widen(src[i]) * float(scale);
+        pair_queries[p] = dst;
+        pair_rows[p] = scores.get() + p * score_stride;
+        pair_probs[p] = pair_rows[p];
+        pair_outs[p] = out_ptr + (token * num_heads + head) * head_dim;
+        pair_lens[p] = lens[token];
       }
 
-      const int64_t num_blocks = (tile_len + block_size - 1) / block_size;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        if (b + 1 < num_blocks) prefetch(k_head + table[b + 1] * block_elems, block_elems);
-        const cache_t* keys = k_head + table[b] * block_elems;
-        const int64_t base = b * block_size;
-        // Query heads whose context reaches this block. Score rows hold whole blocks, so lanes
-        // past a head's context are written and never read.
-        int64_t active = 0;
-        for (int64_t p = 0; p < pairs; ++p) {
-          if (pair_len(p) <= base) continue;
-          pair_queries[active] = query.get() + p * dim_stride;
-          pair_outs[active] = scores.get() + p * score_stride + base;
-          ++active;
+      // Scores of every pair for every block of the tile: score rows hold whole blocks, and a
+      // pair's lanes past its own context are written and never read.
+#if defined(LANES16)
+      if (block_size == 16) {
+        int64_t b = 0;
+        for (; b + kScoreBlocks <= num_blocks; b += kScoreBlocks) {
+          score_pairs<kScoreBlocks>(pair_queries.data(), &key_blocks[b], pairs, head_dim,
+                                    pair_rows.data(), 16 * b);
         }
-#if defined(__AVX2__) && defined(__FMA__)
-        if (block_size == 16) {
-          int64_t p = 0;
-          for (; p + 4 <= active; p += 4)
-            block_scores16<4>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
-          const int64_t rest = active - p;
-          if (rest == 3) block_scores16<3>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
-          if (rest == 2) block_scores16<2>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
-          if (rest == 1) block_scores16<1>(&pair_queries[p], keys, head_dim, &pair_outs[p]);
-          continue;
-        }
+        for (; b < num_blocks; ++b)
+          score_pairs<1>(pair_queries.data(), &key_blocks[b], pairs, head_dim,
+                         pair_rows.data(), 16 * b);
+      } else
 #endif
-        for (int64_t p = 0; p < active; ++p)
-          block_scores_any(pair_queries[p], keys, head_dim, block_size, pair_outs[p]);
-      }
+        for (int64_t b = 0; b < num_blocks; ++b)
+          for (int64_t p = 0; p < pairs; ++p)
+            block_scores_any(pair_queries[p], key_blocks[b], head_dim, block_size,
+                             pair_rows[p] + b * block_size);
 
-      if (k_scales != nullptr) {
-        for (int64_t b = 0; b < num_blocks; ++b) {
-          const float* key_scales = block_scales(k_scales, b);
-          for (int64_t p = 0; p < pairs; ++p) {
-            float* block_row = scores.get() + p * score_stride + b * block_size;
-            for (int64_t j = 0; j < block_size; ++j) block_row[j] *= key_scales[j];
-          }
-        }
-      }
       for (int64_t p = 0; p < pairs; ++p) {
-        float* row = scores.get() + p * score_stride;
-        const int64_t len = pair_len(p);
+        float* row = pair_rows[p];
+        const int64_t len = pair_lens[p];
+        for (int64_t b = 0; k_scales != nullptr && b * block_size < len; ++b) {
+          const float* key_scales = block_scales(k_scales, b);
+          for (int64_t j = 0; j < block_size; ++j) row[b * block_size + j] *= key_scales[j];
+        }
         const float max_score = *std::max_element(row, row + len);
         float total = 0.0f;
         for (int64_t pos = 0; pos < len; ++pos) {
@@ -387,29 +451,20 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
           const int64_t count = std::min(block_size, len - b * block_size);
           for (int64_t j = 0; j < count; ++j) row[b * block_size + j] *= value_scales[j];
         }
-        std::fill(acc.get() + p * dim_stride, acc.get() + p * dim_stride + head_dim, 0.0f);
       }
 
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        if (b + 1 < num_blocks) prefetch(v_head + table[b + 1] * block_elems, block_elems);
-        const cache_t* values = v_head + table[b] * block_elems;
-        const int64_t base = b * block_size;
-        for (int64_t p = 0; p < pairs; p += 2) {
-          const bool second = p + 1 < pairs;
-          const int64_t next = second ? p + 1 : p;
-          accumulate_values(acc.get() + p * dim_stride,
-                            second ? acc.get() + next * dim_stride : nullptr,
-                            scores.get() + p * score_stride + base,
-                            scores.get() + next * score_stride + base, values,
-                            std::min(block_size, pair_len(p) - base),
-                            std::min(block_size, pair_len(next) - base), head_dim);
-        }
-      }
-      for (int64_t p = 0; p < pairs; ++p) {
-        const int64_t head = kv_head * group + p % group;
-        float* dst = out_ptr + ((first + p / group) * num_heads + head) * head_dim;
-        std::copy(acc.get() + p * dim_stride, acc.get() + p * dim_stride + head_dim, dst);
-      }
+      int64_t dim = 0;
+#if defined(LANES16)
+      for (; dim + 16 * kValueChunks <= head_dim; dim += 16 * kValueChunks)
+        value_pairs<kValueChunks>(pair_outs.data(), pair_probs.data(), pair_lens.data(), pairs,
+                                  value_blocks.data(), num_blocks, block_size, head_dim, dim);
+      for (; dim + 16 <= head_dim; dim += 16)
+        value_pairs<1>(pair_outs.data(), pair_probs.data(), pair_lens.data(), pairs,
+                       value_blocks.data(), num_blocks, block_size, head_dim, dim);
+#endif
+      for (int64_t p = 0; dim < head_dim && p < pairs; ++p)
+        accumulate_any(pair_outs[p], pair_probs[p], pair_lens[p], value_blocks.data(), num_blocks,
+                       block_size, head_dim, dim);
     }
   });
 }
