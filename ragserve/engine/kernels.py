@@ -40,21 +40,23 @@ SOURCES = (
 # 6, 1.7× at 12). Over every projection alone the dot products lead it at 3-5 rows too (1.2× at
 # 3, 1.04× at 5), but in the engine one sequence's 5-row verify steps took 18.9 ms p50 through
 # the kernel against 18.6 through oneDNN (steps alternating the two), so the kernel stops at 2.
-# With AVX-512 BF16 and no AMX, on packed weights (packing.small_batch_weight) the dot products lead
-# oneDNN to 12 rows (8.2 against 13.6 ms over every projection of SmolLM2 at 4 rows, 10.9 / 15.5
-# at 8, 15.8 / 17.7 at 12) and trail from 16 (22.0 / 20.2).
+# With AVX-512 BF16 and no AMX, on packed weights (packing.small_batch_weight) the tiled dot
+# products lead oneDNN's bfloat16 matmul to 128 rows and trail from 192: over every projection
+# of SmolLM2, 7.9 against 13.9 ms at 1 row, 8.9 / 14.6 at 8, 22.4 / 28.6 at 32, 41.0 / 48.2 at 64,
+# 84.0 / 86.4 at 128, 130.6 / 126.5 at 192 (AMD EPYC family 25, 2 threads, alternating).
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
-PACKED_BF16_SMALL_BATCH_ROWS = 12
+PACKED_BF16_SMALL_BATCH_ROWS = 128
 AMX_SMALL_BATCH_ROWS = 2
-# int8 weights: their kernel streams half bfloat16's bytes. With AVX-512 BF16 and no AMX it leads
-# oneDNN's bfloat16 matmul on the widened copy to 12 rows over every projection of SmolLM2 (6.4
-# against 14.4 ms at 4 rows, 10.4 / 16.2 at 8, 15.8 / 18.1 at 12), ties at 16 and trails from 24.
+# int8 weights: their kernel streams half bfloat16's bytes. With AVX-512 BF16 and no AMX, longer
+# inputs meet the rounded values packed for the bfloat16 kernel (packed_long_inputs), whose tiles
+# lead from 6-8 rows over every projection of SmolLM2 in huge pages (4.8 against 8.6 ms at 1 row,
+# 5.8 / 9.0 at 4, 7.4 / 8.8 and 12.0 / 11.4 at 6, 11.3 / 9.2 at 8, 15.3 / 12.5 at 12).
 # With AMX oneDNN was 1.1× the kernel at 8 rows, a tie at 10 (measured before the packed layout).
 # Without a bfloat16 matmul the copy is float32, a quarter of the kernel's speed of reading, and
 # the kernel's AVX2 form stays ahead of oneDNN on it to 128 rows (AVX2 code on the AVX-512 BF16
 # machine, docs/benchmarks.md): there it takes what the float32 kernel takes.
-INT8_SMALL_BATCH_ROWS = 12
+INT8_SMALL_BATCH_ROWS = 6
 INT8_AMX_SMALL_BATCH_ROWS = 8
 
 
@@ -122,6 +124,15 @@ def small_batch_rows(weight: torch.Tensor) -> int:
     return SMALL_BATCH_ROWS
 
 
+def packed_long_inputs() -> bool:
+    """Whether an int8 weight's rounded values, for inputs past its kernel's rows, are packed for
+    the bfloat16 kernel (packing.pack_pairs) at every length rather than laid out for oneDNN:
+    with AVX-512 BF16 and no AMX the kernel leads oneDNN's bfloat16 matmul 1.6× at 8 rows and
+    1.3× at 32, and trails it by 4% at 256-512 rows; with AMX oneDNN's AMX matmul leads from a
+    few rows."""
+    return native_bf16() and "amx_bf16" not in cpu_flags()
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -152,8 +163,11 @@ def linear(
     if weight.dtype == torch.int8:
         if kernels is not None and small:
             return kernels.int8_linear(x, weight, row_sums, scale, bias, out_dtype)
-        # long_input holds the rounded weight as the matmul below takes it.
+        # long_input holds the rounded weight: packed for the bfloat16 kernel, which then takes
+        # every longer input (no oneDNN copy is kept beside it), or as the matmul below takes it.
         weight, long_input = long_input, None
+        if weight.dim() == 4:
+            return kernels.packed_bf16_linear(x, weight, bias, out_dtype)
     elif weight.dim() == 4:
         # Packed (packing.small_batch_weight): long_input holds the values for long bfloat16 inputs.
         if kernels is not None and (small or x.dtype != torch.bfloat16):

@@ -10,9 +10,9 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ragserve.engine.attention import AttentionMetadata, paged_attention
 from ragserve.engine.errors import UnsupportedModelError
-from ragserve.engine.kernels import linear, long_input_weight, onednn_layout
+from ragserve.engine.kernels import linear, long_input_weight, onednn_layout, packed_long_inputs
 from ragserve.engine.kv_cache import LayerCache
-from ragserve.engine.packing import pack_int8, small_batch_weight, unpack_rows
+from ragserve.engine.packing import pack_int8, small_batch_weight, unpack_pairs
 
 if TYPE_CHECKING:  # models/ builds on these layers; importing it here would be circular
     from ragserve.engine.models.spec import ModelSpec
@@ -52,7 +52,8 @@ class Projection:
     the weight itself is packed for the small-batch kernel (packing.small_batch_weight).
 
     An int8 projection (to_int8) holds the weight as int8 with one float32 scale per row, packed
-    for its kernel (packing.pack_int8) with the rows' sums."""
+    for its kernel (packing.pack_int8) with the rows' sums, and the rounded values for longer
+    inputs."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
@@ -70,16 +71,21 @@ class Projection:
         127), in place. Decode-sized inputs then stream half the bytes of bfloat16; longer ones
         multiply the rounded values, widened once here to the weight's dtype."""
         dtype = self.weight.dtype
-        wide = (unpack_rows(self.weight) if self.weight.dim() == 4 else self.weight).float()
+        wide = (unpack_pairs(self.weight) if self.weight.dim() == 4 else self.weight).float()
         scale = wide.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
         values = torch.round(wide / scale[:, None]).to(torch.int8)
         self.weight, self.row_sums = pack_int8(values)
         self.scale = scale.contiguous()
         rounded = (values.float() * scale[:, None]).to(dtype)
         copy = long_input_weight(rounded)
-        # A float32 model's rounded values are laid out too: they replace the weight, so the
-        # layout costs no memory, and oneDNN on it is 1.2-1.7× MKL on the plain one (AVX2).
-        self.long_input = onednn_layout(rounded) if copy is None else copy
+        # Where the bfloat16 kernel's packing applies, longer inputs multiply the rounded values
+        # packed for it, at every length (kernels.linear). A float32 model's rounded values are
+        # laid out too: they replace the weight, so the layout costs no memory, and oneDNN on it
+        # is 1.2-1.7× MKL on the plain one (AVX2).
+        if packed_long_inputs() and (packed := small_batch_weight(rounded, copy)).dim() == 4:
+            self.long_input = packed
+        else:
+            self.long_input = onednn_layout(rounded) if copy is None else copy
 
     def __call__(
         self, x: torch.Tensor, out_dtype: torch.dtype | None = None, invariant: bool = False

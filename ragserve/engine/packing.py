@@ -1,5 +1,6 @@
-"""How the small-batch kernels lay weights out in memory: packed in tiles of rows, each tile
-one sequential stream (csrc/packed_bf16_linear.cpp, csrc/int8_linear.cpp), and in huge pages."""
+"""How the linear kernels lay weights out in memory: bfloat16 ones in blocks of sixteen rows by
+pairs of columns (csrc/packed_bf16_linear.cpp), int8 ones in tiles of rows, each tile one
+sequential stream (csrc/int8_linear.cpp), and both in huge pages."""
 
 import contextlib
 import ctypes
@@ -10,12 +11,13 @@ import torch
 from ragserve.engine.config import native_bf16
 from ragserve.engine.kernels import extension
 
-# The packed weight layout (pack_rows): rows interleaved in tiles of this many, each row a chunk
-# of columns at a time (one AVX-512 vector: 64 int8 or 32 bfloat16 values), so that a tile is one
-# sequential stream.
+# The int8 layout (pack_rows): rows interleaved in tiles of this many, each row a chunk of
+# columns at a time (one AVX-512 vector of int8 values), so that a tile is one sequential stream.
 TILE_ROWS = 4
 INT8_CHUNK = 64
-BF16_CHUNK = 32
+# The bfloat16 layout (pack_pairs): this many rows (outputs) per block, one AVX-512 vector per
+# pair of columns.
+PAIR_BLOCK = 16
 HUGE_PAGE = 2 << 20
 
 
@@ -39,6 +41,19 @@ def unpack_rows(packed: torch.Tensor, n: int | None = None, k: int | None = None
     return rows[:n, :k]
 
 
+def pack_pairs(values: torch.Tensor) -> torch.Tensor:
+    """A weight [N, K] (N a multiple of PAIR_BLOCK, K even) as the bfloat16 kernel reads it:
+    [N / PAIR_BLOCK, K / 2, PAIR_BLOCK, 2], for each block of rows its columns two at a time."""
+    n, k = values.shape
+    return values.view(n // PAIR_BLOCK, PAIR_BLOCK, k // 2, 2).transpose(1, 2).contiguous()
+
+
+def unpack_pairs(packed: torch.Tensor) -> torch.Tensor:
+    """The [N, K] weight that pack_pairs packed."""
+    blocks, pairs, _, _ = packed.shape
+    return packed.transpose(1, 2).reshape(blocks * PAIR_BLOCK, pairs * 2)
+
+
 def pack_int8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """An int8 weight [N, K] as the int8 kernel reads it (pack_rows, INT8_CHUNK columns at a
     time), and the padded rows' int32 sums."""
@@ -47,22 +62,20 @@ def pack_int8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def small_batch_weight(weight: torch.Tensor, long_input: torch.Tensor | None) -> torch.Tensor:
-    """The weight as the small-batch kernels read it. A bfloat16 one is packed (pack_rows,
-    BF16_CHUNK columns at a time) where the CPU has bfloat16 dot products, the kernels are
-    built, long inputs have their own copy, and the shape tiles whole. Over every projection
-    of SmolLM2 on an AMD EPYC with AVX-512 BF16 (2 threads, alternating in one process) one
-    row took 10.7-12.4 ms plain and 9.3 packed, two rows 10.7-12.0 and 7.7-9.2, eight rows 20.9
-    and 10.9. A tied embedding keeps its plain matrix for lookups beside the packed copy."""
+    """The weight as the small-batch kernels read it. A bfloat16 one is packed (pack_pairs)
+    where the CPU has bfloat16 dot products, the kernels are built, long inputs have their own
+    copy, and the shape blocks whole (figures in kernels.py). A tied embedding keeps its plain
+    matrix for lookups beside the packed copy."""
     if (
         weight.dtype != torch.bfloat16
         or long_input is None
         or not native_bf16()
-        or weight.shape[0] % TILE_ROWS
-        or weight.shape[1] % BF16_CHUNK
+        or weight.shape[0] % PAIR_BLOCK
+        or weight.shape[1] % 2
         or extension() is None
     ):
         return weight
-    return pack_rows(weight, BF16_CHUNK)
+    return pack_pairs(weight)
 
 
 def in_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

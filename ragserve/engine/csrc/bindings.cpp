@@ -34,7 +34,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "
         "independent of the others");
   m.def("packed_bf16_linear", &packed_bf16_linear,
-        "x W^T (+ bias) for a bfloat16 weight packed by packing.pack_rows, float32 accumulation; "
+        "x W^T (+ bias) for a bfloat16 weight packed by packing.pack_pairs, float32 accumulation; "
         "each row's result independent of the others");
   m.def("int8_linear", &int8_linear,
         "(x Q^T) * scale (+ bias) for an int8 weight packed by packing.pack_int8, with per-row "

@@ -1,22 +1,26 @@
-// y = x W^T (+ bias) for the few rows of a decode step, where W [N, K] is a bfloat16 weight
-// packed by packing.pack_rows: tiles of kTileRows rows, each tile kChunk columns of its first
-// row, then of its second, ..., then the next kChunk columns. A tile is one sequential stream
-// that the hardware prefetcher follows, where the plain layout's rows read side by side were
-// several (linear.cpp streams eight rows that way).
+// y = x W^T (+ bias) for a bfloat16 weight W [N, K] packed by packing.pack_pairs: [N / 16, K / 2,
+// 16, 2], so that one 64-byte vector holds one pair of input columns for sixteen outputs, and a
+// block of sixteen outputs is one sequential stream through K.
 //
-// A bfloat16 x meets the weight in AVX-512 BF16 dot products (vdpbf16ps, 32 products per
-// instruction summed in float32); a float32 x in float32 products of the exactly widened
-// weight. Each (x row, weight row) pair has its own accumulator fed chunk by chunk in order and
-// summed across its lanes in one fixed tree, so a row's result does not depend on its batch.
+// A bfloat16 x meets the weight in AVX-512 BF16 dot products (vdpbf16ps: per lane, a float32
+// accumulator plus the two products of a pair). A tile of up to kTileRows rows of x and
+// kTileBlocks blocks of outputs keeps its kTileRows x kTileBlocks accumulators in registers:
+// per pair of columns it loads the tile's weight vectors once and broadcasts one pair of each
+// row of x, so the weights are read once per tile of rows, from memory at one row (where the
+// layout streams like a matrix-vector product) and from cache at many (where the dot products
+// bound it). A float32 x meets the weight's exactly widened values in float32 multiply-adds.
+//
+// Every output is one chain over the pairs of K in order, in its own lane, whatever tile or
+// batch holds its row: a row's result does not depend on the rows computed with it.
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 
 #include "linear_output.h"
-#include "widen.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -26,102 +30,138 @@
 #ifdef RAGSERVE_PACKED_BF16
 namespace {
 
-constexpr int64_t kTileRows = 4;
-constexpr int64_t kChunk = 32;
+// Outputs per block, and a tile: kTileRows x kTileBlocks accumulators, 24 of the 32 registers.
+constexpr int64_t kBlock = 16;
+constexpr int kTileRows = 8;
+constexpr int kTileBlocks = 3;
+// Rows of a float32 x per tile: each pair needs two widened weight vectors per block.
+constexpr int kWideTileRows = 4;
 // Weight bytes below which a call is not split across threads.
 constexpr int64_t kMinThreadBytes = 1 << 16;
 
-static inline __m512i dot_accumulate(__m512i acc, __m512i a, __m512i b) {
+static inline __m512 dot_accumulate(__m512 acc, __m512i a, __m512i b) {
   // Written out: GCC 12 did not give the intrinsic's result its accumulator's register.
   asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
   return acc;
 }
 
-// The dot products of kRowsM bfloat16 x rows (k_size apart) with the tile's four weight rows,
-// lane i of sums[m] holding weight row i's. Eight accumulators at most: GCC 12 kept more of one
-// array in memory as well as in registers (and four rows in two arrays of eight were no faster
-// than two rows twice, at 4 to 16 rows).
-template <int kRowsM>
-__attribute__((noinline)) static void tile_dots(const uint16_t* x, const uint16_t* tile,
-                                                int64_t chunks, int64_t k_size,
-                                                __m128 (&sums)[kRowsM]) {
-  static_assert(kRowsM * kTileRows <= 8, "more accumulators than GCC keeps in registers");
-  __m512i acc[kRowsM * kTileRows];
-  for (auto& a : acc) a = _mm512_setzero_si512();
-  int64_t c = 0;
-  do {
-    __m512i w[kTileRows];
-    for (int n = 0; n < kTileRows; ++n)
-      w[n] = _mm512_loadu_si512(tile + (c * kTileRows + n) * kChunk);
-    for (int m = 0; m < kRowsM; ++m) {
-      const __m512i xv = _mm512_loadu_si512(x + m * k_size + c * kChunk);
-      for (int n = 0; n < kTileRows; ++n)
-        acc[m * kTileRows + n] = dot_accumulate(acc[m * kTileRows + n], xv, w[n]);
-    }
-  } while (++c < chunks);
-  for (int m = 0; m < kRowsM; ++m) {
-    const __m512i* a = acc + m * kTileRows;
-    sums[m] = sum4x16(_mm512_castsi512_ps(a[0]), _mm512_castsi512_ps(a[1]),
-                      _mm512_castsi512_ps(a[2]), _mm512_castsi512_ps(a[3]));
+template <typename y_t>
+static inline void store_block(__m512 acc, const float* bias, y_t* y) {
+  if (bias) acc = _mm512_add_ps(acc, _mm512_loadu_ps(bias));
+  if constexpr (std::is_same_v<y_t, float>) {
+    _mm512_storeu_ps(y, acc);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), (__m256i)_mm512_cvtneps_pbh(acc));
   }
 }
 
-// The same for one float32 x row: sixteen products of each pair per step, in float32.
-__attribute__((noinline)) static void tile_dots_wide(const float* x, const uint16_t* tile,
-                                                     int64_t chunks, __m128& sums) {
-  __m512 acc[kTileRows];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t half = 0; half < kChunk; half += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + c * kChunk + half);
-      for (int n = 0; n < kTileRows; ++n) {
-        const auto* w = reinterpret_cast<const c10::BFloat16*>(tile + (c * kTileRows + n) * kChunk);
-        acc[n] = _mm512_fmadd_ps(xv, load16(w + half), acc[n]);
+// Rows [0, kRows) of x (bfloat16 pairs as 32-bit words, `pairs` per row) against blocks
+// [0, kBlocks) of w (`pairs` vectors each), into y (row stride n).
+template <int kRows, int kBlocks, typename y_t>
+static inline void tile(const uint32_t* x, const uint32_t* w, int64_t pairs, const float* bias,
+                        y_t* y, int64_t n) {
+  const uint32_t* block[kBlocks];
+  __m512 acc[kRows][kBlocks];
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) block[b] = w + b * pairs * kBlock;
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i weights[kBlocks];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) weights[b] = _mm512_loadu_si512(block[b] + p * kBlock);
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i pair = _mm512_set1_epi32(int(x[r * pairs + p]));
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b) acc[r][b] = dot_accumulate(acc[r][b], pair, weights[b]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b)
+      store_block(acc[r][b], bias ? bias + b * kBlock : nullptr, y + r * n + b * kBlock);
+}
+
+// The same for float32 rows of x (2 pairs floats per row): each pair's low and high halves
+// widened to float32, the even column's product added before the odd one's.
+template <int kRows, int kBlocks, typename y_t>
+static inline void wide_tile(const float* x, const uint32_t* w, int64_t pairs, const float* bias,
+                             y_t* y, int64_t n) {
+  const __m512i high_half = _mm512_set1_epi32(int(0xFFFF0000u));
+  __m512 acc[kRows][kBlocks];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512 even[kBlocks], odd[kBlocks];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) {
+      const __m512i both = _mm512_loadu_si512(w + (b * pairs + p) * kBlock);
+      even[b] = _mm512_castsi512_ps(_mm512_slli_epi32(both, 16));
+      odd[b] = _mm512_castsi512_ps(_mm512_and_si512(both, high_half));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 first = _mm512_set1_ps(x[r * 2 * pairs + 2 * p]);
+      const __m512 second = _mm512_set1_ps(x[r * 2 * pairs + 2 * p + 1]);
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b) {
+        acc[r][b] = _mm512_fmadd_ps(first, even[b], acc[r][b]);
+        acc[r][b] = _mm512_fmadd_ps(second, odd[b], acc[r][b]);
       }
     }
-  sums = sum4x16(acc[0], acc[1], acc[2], acc[3]);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b)
+      store_block(acc[r][b], bias ? bias + b * kBlock : nullptr, y + r * n + b * kBlock);
 }
 
-template <typename y_t>
-static inline void store4(__m128 sums, const float* bias, y_t* y) {
-  if (bias) sums = _mm_add_ps(sums, _mm_loadu_ps(bias));
-  alignas(16) float out[4];
-  _mm_store_ps(out, sums);
-  for (int n = 0; n < kTileRows; ++n) y[n] = y_t(out[n]);
+// Every row of x against kBlocks blocks: whole tiles of kMaxRows rows, then one tile of the rest.
+template <int kMaxRows, int kBlocks, typename x_t, typename y_t>
+static inline void block_rows(const x_t* x, const uint32_t* w, int64_t pairs, const float* bias,
+                              y_t* y, int64_t m_size, int64_t n) {
+  // Elements of x per row: pairs of bfloat16 in one 32-bit word each, or 2 pairs floats.
+  const int64_t x_row = std::is_same_v<x_t, float> ? 2 * pairs : pairs;
+  auto run = [&](auto rows, int64_t m) {
+    constexpr int kRows = decltype(rows)::value;
+    if constexpr (std::is_same_v<x_t, float>)
+      wide_tile<kRows, kBlocks>(x + m * x_row, w, pairs, bias, y + m * n, n);
+    else
+      tile<kRows, kBlocks>(x + m * x_row, w, pairs, bias, y + m * n, n);
+  };
+  int64_t m = 0;
+  for (; m + kMaxRows <= m_size; m += kMaxRows) run(std::integral_constant<int, kMaxRows>(), m);
+  [&]<int... kRest>(std::integer_sequence<int, kRest...>) {
+    ((m_size - m == kRest + 1 ? run(std::integral_constant<int, kRest + 1>(), m) : void()), ...);
+  }(std::make_integer_sequence<int, kMaxRows - 1>());
 }
 
-template <typename x_t, typename y_t>
-static void packed_rows(const x_t* x, const uint16_t* w, const float* bias, y_t* y,
-                        int64_t m_size, int64_t n_size, int64_t k_size) {
-  const int64_t tiles = n_size / kTileRows;
-  const int64_t chunks = k_size / kChunk;
-  const int64_t tile_size = kTileRows * k_size;
-  const int64_t grain = std::max<int64_t>(1, kMinThreadBytes / (tile_size * 2));
-  at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const uint16_t* tile = w + t * tile_size;
-      const float* b = bias ? bias + t * kTileRows : nullptr;
-      y_t* yt = y + t * kTileRows;
-      if constexpr (std::is_same_v<x_t, float>) {
-        for (int64_t m = 0; m < m_size; ++m) {
-          __m128 sums;
-          tile_dots_wide(x + m * k_size, tile, chunks, sums);
-          store4(sums, b, yt + m * n_size);
-        }
-      } else {
-        int64_t m = 0;
-        for (; m + 2 <= m_size; m += 2) {
-          __m128 sums[2];
-          tile_dots<2>(x + m * k_size, tile, chunks, k_size, sums);
-          store4(sums[0], b, yt + m * n_size);
-          store4(sums[1], b, yt + (m + 1) * n_size);
-        }
-        if (m < m_size) {
-          __m128 sums[1];
-          tile_dots<1>(x + m * k_size, tile, chunks, k_size, sums);
-          store4(sums[0], b, yt + m * n_size);
-        }
-      }
+template <int kMaxRows, typename x_t, typename y_t>
+static void packed_rows(const x_t* x, const uint32_t* w, const float* bias, y_t* y,
+                        int64_t m_size, int64_t n_size, int64_t pairs) {
+  const int64_t blocks = n_size / kBlock;
+  const int64_t groups = (blocks + kTileBlocks - 1) / kTileBlocks;
+  const int64_t group_bytes = kTileBlocks * kBlock * pairs * 4;
+  const int64_t grain = std::max<int64_t>(1, kMinThreadBytes / group_bytes);
+  at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t first = g * kTileBlocks;
+      const uint32_t* wg = w + first * pairs * kBlock;
+      const float* bg = bias ? bias + first * kBlock : nullptr;
+      y_t* yg = y + first * kBlock;
+      const int64_t count = std::min<int64_t>(kTileBlocks, blocks - first);
+      if (count == kTileBlocks)
+        block_rows<kMaxRows, kTileBlocks>(x, wg, pairs, bg, yg, m_size, n_size);
+      for (int64_t b = 0; count < kTileBlocks && b < count; ++b)
+        block_rows<kMaxRows, 1>(x, wg + b * pairs * kBlock, pairs,
+                                bg ? bg + b * kBlock : nullptr, yg + b * kBlock, m_size, n_size);
     }
   });
 }
@@ -134,24 +174,28 @@ at::Tensor packed_bf16_linear(at::Tensor x, at::Tensor packed, c10::optional<at:
 #ifdef RAGSERVE_PACKED_BF16
   TORCH_CHECK(x.dim() == 2, "x must be a matrix");
   TORCH_CHECK(packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
-                  packed.dim() == 4 && packed.size(2) == kTileRows && packed.size(3) == kChunk,
-              "packed must be a contiguous bfloat16 [tiles, chunks, 4, 32] (packing.pack_rows)");
-  const int64_t m = x.size(0), n = packed.size(0) * kTileRows, k = packed.size(1) * kChunk;
-  TORCH_CHECK(x.size(1) == k, "x and packed differ in K");
+                  packed.dim() == 4 && packed.size(2) == kBlock && packed.size(3) == 2,
+              "packed must be a contiguous bfloat16 [N / 16, K / 2, 16, 2] (packing.pack_pairs)");
+  const int64_t m = x.size(0), n = packed.size(0) * kBlock, pairs = packed.size(1);
+  TORCH_CHECK(x.size(1) == 2 * pairs, "x and packed differ in K");
   auto out = linear_output(x, bias, m, n, out_dtype);
-  const auto* w = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
+  const auto* w = reinterpret_cast<const uint32_t*>(packed.data_ptr<at::BFloat16>());
   if (x.scalar_type() == at::kBFloat16) {
     auto xs = x.contiguous();
-    const auto* x_bits = reinterpret_cast<const uint16_t*>(xs.data_ptr<at::BFloat16>());
-    with_output(out.y, [&](auto* y) { packed_rows(x_bits, w, out.bias, y, m, n, k); });
+    const auto* x_pairs = reinterpret_cast<const uint32_t*>(xs.data_ptr<at::BFloat16>());
+    with_output(out.y, [&](auto* y) {
+      packed_rows<kTileRows>(x_pairs, w, out.bias, y, m, n, pairs);
+    });
   } else {
     auto x32 = x.to(at::kFloat).contiguous();
     const float* xs = x32.data_ptr<float>();
-    with_output(out.y, [&](auto* y) { packed_rows(xs, w, out.bias, y, m, n, k); });
+    with_output(out.y, [&](auto* y) {
+      packed_rows<kWideTileRows>(xs, w, out.bias, y, m, n, pairs);
+    });
   }
   return out.y;
 #else
-  TORCH_CHECK(false, "packed bfloat16 weights need AVX-512 BF16 (packing.pack_rows packs none "
+  TORCH_CHECK(false, "packed bfloat16 weights need AVX-512 BF16 (packing.pack_pairs packs none "
                      "without it)");
 #endif
 }

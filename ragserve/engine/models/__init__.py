@@ -46,9 +46,15 @@ def build_model(
     if quantization == "int8":
         for projection in model.projections():
             projection.to_int8()
-    # Packed weights are the kernels' own copies (no embedding shares them): move them into
-    # huge pages together.
-    packed = [p for p in model.projections() if p.weight.dim() == 4]
-    for projection, weight in zip(packed, in_huge_pages([p.weight for p in packed]), strict=True):
-        projection.weight = weight
+    # Packed weights, and int8 projections' packed copies for longer inputs, are the kernels'
+    # own (no embedding shares them): move them into huge pages together, weights first.
+    packed = [
+        (projection, field)
+        for field in ("weight", "long_input")
+        for projection in model.projections()
+        if (tensor := getattr(projection, field)) is not None and tensor.dim() == 4
+    ]
+    moved = in_huge_pages([getattr(projection, field) for projection, field in packed])
+    for (projection, field), tensor in zip(packed, moved, strict=True):
+        setattr(projection, field, tensor)
     return model
