@@ -41,12 +41,11 @@ SOURCES = (
 # 3, 1.04× at 5), but in the engine one sequence's 5-row verify steps took 18.9 ms p50 through
 # the kernel against 18.6 through oneDNN (steps alternating the two), so the kernel stops at 2.
 # With AVX-512 BF16 and no AMX, on packed weights (packing.small_batch_weight) the tiled dot
-# products lead oneDNN's bfloat16 matmul to 128 rows and trail from 192: over every projection
-# of SmolLM2, 7.9 against 13.9 ms at 1 row, 8.9 / 14.6 at 8, 22.4 / 28.6 at 32, 41.0 / 48.2 at 64,
-# 84.0 / 86.4 at 128, 130.6 / 126.5 at 192 (AMD EPYC family 25, 2 threads, alternating).
+# products lead oneDNN's bfloat16 matmul at every length (packed_long_inputs): over every
+# projection of SmolLM2 with the vocabulary's, 7.9 against 13.9 ms at 1 row, 8.9 / 14.6 at 8,
+# 22.4 / 28.6 at 32, 41.0 / 48.2 at 64 (AMD EPYC family 25, 2 threads, alternating).
 SMALL_BATCH_ROWS = 32
 BF16_DOT_SMALL_BATCH_ROWS = 8
-PACKED_BF16_SMALL_BATCH_ROWS = 128
 AMX_SMALL_BATCH_ROWS = 2
 # int8 weights: their kernel streams half bfloat16's bytes. With AVX-512 BF16 and no AMX, longer
 # inputs meet the rounded values packed for the bfloat16 kernel (packed_long_inputs), whose tiles
@@ -120,16 +119,17 @@ def small_batch_rows(weight: torch.Tensor) -> int:
     if weight.dtype == torch.bfloat16 and native_bf16():
         if "amx_bf16" in cpu_flags():
             return AMX_SMALL_BATCH_ROWS
-        return PACKED_BF16_SMALL_BATCH_ROWS if weight.dim() == 4 else BF16_DOT_SMALL_BATCH_ROWS
+        return BF16_DOT_SMALL_BATCH_ROWS
     return SMALL_BATCH_ROWS
 
 
 def packed_long_inputs() -> bool:
-    """Whether an int8 weight's rounded values, for inputs past its kernel's rows, are packed for
-    the bfloat16 kernel (packing.pack_pairs) at every length rather than laid out for oneDNN:
-    with AVX-512 BF16 and no AMX the kernel leads oneDNN's bfloat16 matmul 1.6× at 8 rows and
-    1.3× at 32, and trails it by 4% at 256-512 rows; with AMX oneDNN's AMX matmul leads from a
-    few rows."""
+    """Whether the packed bfloat16 kernel (packing.pack_pairs) takes inputs of every length, and
+    an int8 weight's rounded values for inputs past its kernel's rows are packed for it, so that
+    no copy in oneDNN's layout is kept. With AVX-512 BF16 and no AMX it leads oneDNN's bfloat16
+    matmul on each projection of SmolLM2 at 512 rows (a prompt chunk) by 9-16% (425-449
+    against 374-413 GFLOP/s), at 128 by 14-24%, and at 32 rows over every projection by 1.3×;
+    with AMX, oneDNN's AMX matmul leads from a few rows."""
     return native_bf16() and "amx_bf16" not in cpu_flags()
 
 
@@ -169,8 +169,9 @@ def linear(
         if weight.dim() == 4:
             return kernels.packed_bf16_linear(x, weight, bias, out_dtype)
     elif weight.dim() == 4:
-        # Packed (packing.small_batch_weight): long_input holds the values for long bfloat16 inputs.
-        if kernels is not None and (small or x.dtype != torch.bfloat16):
+        # Packed (packing.small_batch_weight): long_input, where kept, holds the values for long
+        # bfloat16 inputs.
+        if kernels is not None and (small or long_input is None or x.dtype != torch.bfloat16):
             return kernels.packed_bf16_linear(x, weight, bias, out_dtype)
         weight, long_input = long_input, None
     elif kernels is not None and small:

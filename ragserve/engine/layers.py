@@ -48,8 +48,9 @@ class Projection:
     for oneDNN once at load (`long_input`, kernels.long_input_weight), in float32 on a CPU
     without bfloat16 matmuls: decode-sized inputs stream the weight through the small-batch
     kernel, longer ones multiply the copy instead of reordering (or widening) 200+ MB of
-    weights on every forward pass. Where that copy exists and the CPU has bfloat16 dot products
-    the weight itself is packed for the small-batch kernel (packing.small_batch_weight).
+    weights on every forward pass. Where the CPU has bfloat16 dot products the weight itself is
+    packed for the small-batch kernel (packing.small_batch_weight); where that kernel also leads
+    on long inputs (kernels.packed_long_inputs) it takes them all and no copy is kept.
 
     An int8 projection (to_int8) holds the weight as int8 with one float32 scale per row, packed
     for its kernel (packing.pack_int8) with the rows' sums, and the rounded values for longer
@@ -64,7 +65,11 @@ class Projection:
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Projection":
         long_input = long_input_weight(weight)
-        return cls(small_batch_weight(weight, long_input), bias, long_input)
+        packed = small_batch_weight(weight, long_input)
+        if packed.dim() == 4 and packed_long_inputs():
+            # The packed kernel takes inputs of every length (kernels.packed_long_inputs).
+            return cls(packed, bias)
+        return cls(packed, bias, long_input)
 
     def to_int8(self) -> None:
         """Round the weight to int8 per row, symmetric (scale: the row's largest magnitude /

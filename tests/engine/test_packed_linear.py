@@ -98,14 +98,16 @@ def test_the_packed_kernel_refuses_a_plain_weight():
 
 @pytest.mark.parametrize("rows", [1, 8, 200])
 def test_a_projection_packs_a_bfloat16_weight_that_blocks_whole(rows):
-    """Its weight is packed for short inputs; long ones multiply the oneDNN copy; a float32
-    input, short or long, meets it in float32; and a projection whose shape does not block
-    whole keeps its plain weight."""
+    """Its weight is packed for short inputs; long ones meet the packed weight too where the
+    kernel leads there (no oneDNN copy is kept), the oneDNN copy elsewhere; a float32 input,
+    short or long, meets it in float32; and a projection whose shape does not block whole
+    keeps its plain weight."""
     torch.manual_seed(rows)
     weight = torch.randn(48, 96).to(torch.bfloat16)
     bias = torch.randn(48).to(torch.bfloat16)
     projection = Projection.of(weight.clone(), bias)
     assert projection.weight.dim() == 4
+    assert (projection.long_input is None) == kernels.packed_long_inputs()
     assert Projection.of(torch.randn(40, 96).to(torch.bfloat16)).weight.dim() == 2
     x = torch.randn(rows, 96)
     expected = F.linear(x.double(), weight.double(), bias.double())
