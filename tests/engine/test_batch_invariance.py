@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from ragserve.engine import kernels
 from ragserve.engine.config import EngineConfig
 from ragserve.engine.engine import LLMEngine
 from ragserve.engine.sampling_params import SamplingParams
@@ -125,3 +126,17 @@ def test_int8_weights_keep_the_guarantee(engine):
     others = {f"other{i}": text_prompt(engine, 150 + 40 * i, 1000 + i) for i in range(4)}
     batched = run(make_engine(200, quantization="int8"), others | {"target": prompt})["target"]
     assert batched[:2] == alone[:2]
+
+
+@pytest.mark.skipif(
+    not kernels.packed_long_inputs() or kernels.extension() is None,
+    reason="oneDNN takes long bfloat16 inputs on this CPU",
+)
+def test_where_the_packed_kernel_takes_every_length_the_default_mode_is_invariant(engine, cold):
+    """With AVX-512 BF16 and no AMX every bfloat16 projection runs in the packed kernel at every
+    length, so a request that does not ask for invariance gets its bits all the same, inside a
+    batch and chunked otherwise."""
+    prompt = text_prompt(engine, PROMPT_LENS[1], PROMPT_LENS[1])
+    others = {f"other{i}": text_prompt(engine, 150 + 40 * i, 1000 + i) for i in range(4)}
+    results = run(make_engine(200), others | {"target": prompt}, batch_invariant=False)
+    assert results["target"][:2] == cold[PROMPT_LENS[1]][:2]
