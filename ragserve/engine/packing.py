@@ -63,9 +63,10 @@ def pack_int8(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def small_batch_weight(weight: torch.Tensor, long_input: torch.Tensor | None) -> torch.Tensor:
     """The weight as the small-batch kernels read it. A bfloat16 one is packed (pack_pairs)
-    where the CPU has bfloat16 dot products, the kernels are built, long inputs have their own
-    copy, and the shape blocks whole (figures in kernels.py). A tied embedding keeps its plain
-    matrix for lookups beside the packed copy."""
+    where the CPU has bfloat16 dot products, the kernels are built, long inputs have a layout of
+    their own (long_input; Projection.of drops it where the packed kernel takes every length),
+    and the shape blocks whole (figures in kernels.py). A tied embedding keeps its plain matrix
+    for lookups beside the packed copy."""
     if (
         weight.dtype != torch.bfloat16
         or long_input is None
