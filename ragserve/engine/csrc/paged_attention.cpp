@@ -176,10 +176,10 @@ static inline void block_scores16(const float* const* queries, const scalar_t* c
     for (int b = 0; b < kBlocks; ++b) lanes[p][b].store(outs[p] + 16 * b);
 }
 
-// out[h][i] += sum over positions j < lens[h] of probs[h][j] * value_j[i], for kHeads query heads
+// out[h][i] = sum over positions j < lens[h] of probs[h][j] * value_j[i], for kHeads query heads
 // and dimensions [dim, dim + 16 kChunks): one chain over j per dimension, in position order,
-// through every block of the context. The heads share every value read and widened. blocks[num_blocks]
-// exists (padding), to be fetched ahead.
+// through every block of the context. The heads share every value read and widened.
+// blocks[num_blocks] exists (padding), to be fetched ahead.
 template <int kHeads, int kChunks, typename scalar_t>
 static inline void accumulate_heads(float* const* outs, const float* const* probs,
                                     const int64_t* lens, const scalar_t* const* blocks,
