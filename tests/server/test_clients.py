@@ -46,9 +46,14 @@ def test_guidellm_benchmark_completes_every_request(server, key, tmp_path, reque
     env = os.environ | {"HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    metrics = json.loads(report.read_text())["benchmarks"][0]["metrics"]
-    totals = metrics["request_totals"]
-    assert (totals["successful"], totals["errored"], totals["incomplete"]) == (4, 0, 0)
+    benchmark = json.loads(report.read_text())["benchmarks"][0]
+    made = benchmark["scheduler_metrics"]["requests_made"]
+    assert (made["successful"], made["errored"], made["incomplete"]) == (4, 0, 0)
+    # The scheduler's counts above are every request; guidellm's metrics cover the requests
+    # inside its measured window, whose edge is set by a completion time and can leave out a
+    # request that ended at it.
+    metrics = benchmark["metrics"]
+    assert metrics["request_totals"]["errored"] == metrics["request_totals"]["incomplete"] == 0
     # guidellm asks for exactly 16 tokens (ignore_eos) and reads the usage the server reports.
     assert metrics["output_token_count"]["successful"]["mean"] == 16
     assert metrics["prompt_token_count"]["successful"]["mean"] >= 32
