@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.kernels import extension, write_kv
-from ragserve.engine.kv_cache import LayerCache
+from ragserve.engine.kernels import extension, quantize_kv, write_kv
+from ragserve.engine.kv_cache import LayerCache, keys_by_position
 
 
 @dataclass
@@ -36,9 +36,9 @@ def gather_context(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values of the blocks in block_ids ([blocks]) as [kv_heads, length, head_dim]
     (an int8 cache's times their scales, in float32)."""
-    num_kv_heads, _, head_dim, block_size = cache.keys.shape
+    num_kv_heads, _, block_size, head_dim = cache.values.shape
     shape = (num_kv_heads, block_ids.shape[-1] * block_size, head_dim)
-    keys = cache.keys[:, block_ids].transpose(-1, -2).reshape(shape)[:, :length]
+    keys = keys_by_position(cache.keys[:, block_ids]).reshape(shape)[:, :length]
     values = cache.values[:, block_ids].reshape(shape)[:, :length]
     if cache.key_scales is not None and cache.value_scales is not None:
         scales_shape = (num_kv_heads, shape[1], 1)
@@ -46,6 +46,14 @@ def gather_context(
         value_scales = cache.value_scales[:, block_ids].reshape(scales_shape)[:, :length]
         return keys.float() * key_scales, values.float() * value_scales
     return keys, values
+
+
+def rounded_queries(q: torch.Tensor, scale: float) -> torch.Tensor:
+    """q * scale as the kernel scores it against an int8 cache, in float32: each head's row
+    rounded to int8 with a scale of its own, as write_kv rounds keys, so that a score is an
+    integer dot product times two scales."""
+    q8, steps = quantize_kv(q.float() * scale)
+    return q8.float() * steps.unsqueeze(-1)
 
 
 def gathered_attention(
@@ -59,13 +67,16 @@ def gathered_attention(
     masked to its own length (and, with a window, to its last `window` positions). Returns
     float32 [tokens, heads, head_dim]."""
     out = torch.empty(q.shape, dtype=torch.float32)
+    if cache.key_scales is not None:
+        q, scale = rounded_queries(q, scale), 1.0
+    block_size = cache.values.shape[2]
     rows = itertools.groupby(enumerate(meta.token_seqs.tolist()), key=lambda item: item[1])
     for seq, group in rows:
         tokens = [index for index, _ in group]
         start, end = tokens[0], tokens[-1] + 1
         lens = meta.token_lens[start:end]
         length = int(lens.max())
-        num_blocks = -(-length // cache.keys.shape[-1])
+        num_blocks = -(-length // block_size)
         keys, values = gather_context(cache, meta.block_tables[seq, :num_blocks], length)
         mask = torch.arange(length) < lens.unsqueeze(1)
         if window is not None:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ragserve.engine.config import CPU_ISAS, cache_dir, cpu_flags, cpu_isa, native_bf16
-from ragserve.engine.kv_cache import LayerCache
+from ragserve.engine.kv_cache import LayerCache, keys_by_position
 
 logger = logging.getLogger(__name__)
 
@@ -258,12 +258,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., head_dim] rounded to int8 with a float32 scale per row: max |x| / 127 (1 where
-    the row is all zeros), as write_kv stores them in an int8 cache."""
+    """x [..., head_dim] rounded to int8 with a float32 scale per row, as write_kv stores them
+    in an int8 cache: x * (127 / max |x|) to the nearest integer, scale max |x| / 127 (1 where
+    the row is all zeros)."""
     x = x.float()
-    amax = x.abs().amax(-1)
-    step = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
-    return torch.round(x / step.unsqueeze(-1)).clamp(-127, 127).to(torch.int8), step
+    amax = x.abs().amax(-1, keepdim=True)
+    # A tensor divided, not a number: `127 / amax` is computed as 127 * (1 / amax).
+    inverse = torch.where(amax > 0, torch.full_like(amax, 127) / amax, torch.zeros_like(amax))
+    step = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).squeeze(-1)
+    return torch.round(x * inverse).clamp(-127, 127).to(torch.int8), step
 
 
 def write_kv(
@@ -284,7 +287,10 @@ def write_kv(
         v, value_scales = quantize_kv(v)
         cache.key_scales[:, slot_blocks, slot_offsets] = key_scales.T
         cache.value_scales[:, slot_blocks, slot_offsets] = value_scales.T
-    cache.keys[:, slot_blocks, :, slot_offsets] = k
+    group = cache.keys.shape[-1]
+    keys_by_position(cache.keys)[:, slot_blocks, slot_offsets] = k.unflatten(
+        -1, (-1, group)
+    ).transpose(0, 1)
     cache.values[:, slot_blocks, slot_offsets] = v.transpose(0, 1)
 
 

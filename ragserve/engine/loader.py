@@ -19,9 +19,9 @@ from transformers import PretrainedConfig
 
 from ragserve.engine.config import cache_dir, made_once
 from ragserve.engine.errors import ModelNotFoundError, UnsupportedModelError
+from ragserve.engine.memory import release_freed_memory
 from ragserve.engine.models import build_model, model_class
 from ragserve.engine.models.spec import DecoderModel
-from ragserve.engine.packing import release_freed_memory
 
 logger = logging.getLogger(__name__)
 

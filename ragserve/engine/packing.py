@@ -1,10 +1,6 @@
 """How the linear kernels lay weights out in memory: bfloat16 ones in blocks of sixteen rows by
 pairs of columns (csrc/packed_bf16_linear.cpp), int8 ones in tiles of rows, each tile one
-sequential stream (csrc/int8_linear.cpp), and both in huge pages."""
-
-import contextlib
-import ctypes
-import mmap
+sequential stream (csrc/int8_linear.cpp). The model puts both in huge pages (memory.py)."""
 
 import torch
 
@@ -18,7 +14,6 @@ INT8_CHUNK = 64
 # The bfloat16 layout (pack_pairs): this many rows (outputs) per block, one AVX-512 vector per
 # pair of columns.
 PAIR_BLOCK = 16
-HUGE_PAGE = 2 << 20
 
 
 def pack_rows(values: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -77,41 +72,3 @@ def small_batch_weight(weight: torch.Tensor, long_input: torch.Tensor | None) ->
     ):
         return weight
     return pack_pairs(weight)
-
-
-def in_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Copies of the tensors, one after another in one anonymous mapping that Linux is asked to
-    back with 2 MiB pages (transparent huge pages; where they are off, ordinary pages). The
-    small-batch kernels stream every weight once per step, and with 4 KiB pages each page is a
-    TLB miss and a stop for the hardware prefetcher: on an AMD EPYC with AVX-512 BF16 (family
-    25) a one-row pass over SmolLM2's packed projections took 6.4 ms in huge pages against 8.2
-    (bfloat16) and 5.6 against 6.5 (int8), alternating in one process."""
-    if not tensors:
-        return []
-    starts, total = [], 0
-    for tensor in tensors:
-        starts.append(total)
-        total += -(-tensor.nbytes // 64) * 64
-    # Private: Linux gives shared anonymous memory huge pages only where shmem has them on.
-    arena = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        arena.madvise(mmap.MADV_HUGEPAGE)
-    memory = torch.frombuffer(arena, dtype=torch.uint8)
-    # The first huge-page boundary inside the mapping (mmap aligns to 4 KiB only).
-    first = -memory.data_ptr() % HUGE_PAGE
-    return [
-        memory[first + start : first + start + tensor.nbytes]
-        .view(tensor.dtype)
-        .view(tensor.shape)
-        .copy_(tensor)
-        for tensor, start in zip(tensors, starts, strict=True)
-    ]
-
-
-def release_freed_memory() -> None:
-    """Hands the freed pages of the C heap back to the OS (glibc's malloc_trim; elsewhere,
-    nothing). Loading frees the plain, padded and copied weights it built on the way to the
-    packed ones, and glibc kept most of them: the default model's engine held 3,234 MiB after
-    loading and 2,963 MiB after this."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        ctypes.CDLL("libc.so.6").malloc_trim(0)

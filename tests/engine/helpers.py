@@ -1,5 +1,7 @@
 """Engine test helpers: sequences and a scheduler without a model; prompts, and checks that a
-finished engine holds no request and no block."""
+finished engine holds no request and no block; the flags of the mapping memory lies in."""
+
+from pathlib import Path
 
 from ragserve import LLM
 from ragserve.engine.block_manager import BlockManager
@@ -76,3 +78,16 @@ def assert_no_leak(llm: LLM) -> None:
     assert stats.num_running == 0 and stats.num_waiting == 0
     assert stats.kv_blocks_free == stats.kv_blocks_total
     assert all(b.ref_count == 0 for b in llm.engine.block_manager.blocks)
+
+
+def mapping_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds address (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")

@@ -5,9 +5,14 @@ the tokens computed with it), for float32, bfloat16 and int8 caches."""
 import pytest
 import torch
 
-from ragserve.engine.attention import AttentionMetadata, gather_context, gathered_attention
+from ragserve.engine.attention import (
+    AttentionMetadata,
+    gather_context,
+    gathered_attention,
+    rounded_queries,
+)
 from ragserve.engine.kernels import extension, quantize_kv
-from ragserve.engine.kv_cache import LayerCache
+from ragserve.engine.kv_cache import LayerCache, key_group
 
 # The cache formats: float32 and bfloat16 (queries in the same dtype), int8 (bfloat16 queries).
 FORMATS = [torch.float32, torch.bfloat16, torch.int8]
@@ -32,18 +37,30 @@ def query_dtype(cache_dtype):
     return torch.bfloat16 if cache_dtype == torch.int8 else cache_dtype
 
 
+def in_layout(keys, values, dtype) -> LayerCache:
+    """Keys and values by position ([kv_heads, blocks, block_size, head_dim]) as a cache of
+    dtype holds them (kv_cache.py); an int8 cache's rounded as write_kv rounds them (a scale per
+    position and kv head)."""
+    key_scales = value_scales = None
+    if dtype == torch.int8:
+        keys, key_scales = quantize_kv(keys)
+        values, value_scales = quantize_kv(values)
+    grouped = keys.unflatten(-1, (-1, key_group(dtype))).transpose(-3, -2)
+    return LayerCache(grouped.contiguous().to(dtype), values.to(dtype), key_scales, value_scales)
+
+
 def random_cache(dtype, block_size, head_dim, kv_heads=2, num_blocks=96) -> LayerCache:
-    """Random keys and values; an int8 cache holds them rounded as write_kv rounds them (a
-    scale per position and kv head)."""
-    keys = torch.randn(kv_heads, num_blocks, head_dim, block_size)
-    values = torch.randn(kv_heads, num_blocks, block_size, head_dim)
-    if dtype != torch.int8:
-        return LayerCache(keys.to(dtype), values.to(dtype))
-    int8_keys, key_scales = quantize_kv(keys.transpose(-1, -2))
-    int8_values, value_scales = quantize_kv(values)
-    return LayerCache(
-        int8_keys.transpose(-1, -2).contiguous(), int8_values, key_scales, value_scales
-    )
+    shape = (kv_heads, num_blocks, block_size, head_dim)
+    return in_layout(torch.randn(shape), torch.randn(shape), dtype)
+
+
+def expected_output(q, cache, table, length, scale):
+    """The reference over the keys and values the cache holds (an int8 cache's times their
+    scales), with q rounded as the kernel rounds it against an int8 cache."""
+    keys, values = gather_context(cache, table, length)
+    if cache.key_scales is not None:
+        return reference(rounded_queries(q, scale), keys, values, 1.0)
+    return reference(q, keys, values, scale)
 
 
 def metadata(tables, spans):
@@ -65,8 +82,7 @@ def attend(q, cache, tables, spans, scale):
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize(("block_size", "head_dim"), [(16, 64), (8, 32)])
 def test_kernel_and_pytorch_path_match_the_reference(dtype, block_size, head_dim):
-    """Against the reference over the keys and values the cache holds (an int8 cache's times
-    their scales)."""
+    """Against the reference (expected_output)."""
     torch.manual_seed(0)
     heads = 6
     cache = random_cache(dtype, block_size, head_dim)
@@ -80,8 +96,7 @@ def test_kernel_and_pytorch_path_match_the_reference(dtype, block_size, head_dim
     fast = attend(q, cache, tables, spans, scale)
     gathered = gathered_attention(q, cache, meta, scale)
     for token, (row, length) in enumerate(zip(meta.token_seqs, meta.token_lens, strict=True)):
-        keys, values = gather_context(cache, tables[row], int(length))
-        expected = reference(q[token], keys, values, scale)
+        expected = expected_output(q[token], cache, tables[row], int(length), scale)
         torch.testing.assert_close(fast[token], expected, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(gathered[token], expected, atol=1e-4, rtol=1e-4)
 
@@ -91,23 +106,17 @@ def test_an_int8_cache_stays_close_to_the_values_it_rounded():
     unrounded keys and values (outputs are averages of values of size ~1)."""
     torch.manual_seed(5)
     heads, head_dim, block_size, length = 6, 64, 16, 200
-    exact = random_cache(torch.float32, block_size, head_dim)
-    int8_keys, key_scales = quantize_kv(exact.keys.transpose(-1, -2))
-    int8_values, value_scales = quantize_kv(exact.values)
-    rounded = LayerCache(
-        int8_keys.transpose(-1, -2).contiguous(), int8_values, key_scales, value_scales
-    )
+    shape = (2, 96, block_size, head_dim)
+    keys, values = torch.randn(shape), torch.randn(shape)
+    exact = in_layout(keys, values, torch.float32)
+    rounded = in_layout(keys, values, torch.int8)
     tables = torch.randperm(96)[:13].view(1, 13)
     spans = [(0, 0, length)]
     q = torch.randn(length, heads, head_dim)
     reference_out = attend(q, exact, tables, spans, head_dim**-0.5)
     int8_out = attend(q.bfloat16(), rounded, tables, spans, head_dim**-0.5)
     bf16_out = attend(
-        q.bfloat16(),
-        LayerCache(exact.keys.bfloat16(), exact.values.bfloat16()),
-        tables,
-        spans,
-        head_dim**-0.5,
+        q.bfloat16(), in_layout(keys, values, torch.bfloat16), tables, spans, head_dim**-0.5
     )
     int8_error = (int8_out - reference_out).abs().max()
     assert int8_error < 0.05
@@ -163,8 +172,7 @@ def test_threads_taking_tiles_in_any_order_change_no_bit(dtype):
     meta = metadata(tables, spans)
     for token in (0, 1, 150, length, length + 5):
         row, length_seen = int(meta.token_seqs[token]), int(meta.token_lens[token])
-        keys, values = gather_context(cache, tables[row], length_seen)
-        expected = reference(q[token], keys, values, scale)
+        expected = expected_output(q[token], cache, tables[row], length_seen, scale)
         torch.testing.assert_close(shared[token], expected, atol=1e-4, rtol=1e-4)
 
 
@@ -174,7 +182,7 @@ def test_a_windowed_layer_reads_only_its_window():
     torch.manual_seed(0)
     heads, kv_heads, dim, block = 2, 1, 8, 16
     length = 40
-    cache = LayerCache(torch.randn(kv_heads, 4, dim, block), torch.randn(kv_heads, 4, block, dim))
+    cache = random_cache(torch.float32, block, dim, kv_heads, num_blocks=4)
     meta = AttentionMetadata(
         slot_blocks=torch.zeros(1, dtype=torch.int64),
         slot_offsets=torch.zeros(1, dtype=torch.int64),
@@ -185,7 +193,7 @@ def test_a_windowed_layer_reads_only_its_window():
     q = torch.randn(1, heads, dim)
     windowed = gathered_attention(q, cache, meta, 1.0, window=10)
     # Changing keys and values outside the window changes nothing.
-    cache.keys[:, 0] = torch.randn(kv_heads, dim, block)
+    cache.keys[:, 0] = torch.randn(kv_heads, dim, block, 1)
     cache.values[:, 0] = torch.randn(kv_heads, block, dim)
     assert torch.equal(windowed, gathered_attention(q, cache, meta, 1.0, window=10))
     assert not torch.equal(windowed, gathered_attention(q, cache, meta, 1.0))

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ragserve.engine import kernels, packing
 from ragserve.engine.config import cpu_flags, native_bf16
-from ragserve.engine.kv_cache import LayerCache
+from ragserve.engine.kv_cache import LayerCache, keys_by_position
 from ragserve.engine.layers import Projection
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -257,7 +257,7 @@ def test_silu_mul(path, dtype):
 def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
     torch.manual_seed(4)
     kv_heads, head_dim, block_size, blocks = 2, 8, 4, 6
-    k_cache = torch.zeros(kv_heads, blocks, head_dim, block_size, dtype=dtype)
+    k_cache = torch.zeros(kv_heads, blocks, head_dim, block_size, 1, dtype=dtype)
     v_cache = torch.zeros(kv_heads, blocks, block_size, head_dim, dtype=dtype)
     # k and v as slices of wider rows, as they come out of the fused qkv projection.
     rows = torch.randn(3, 3 * kv_heads * head_dim).to(dtype)
@@ -268,7 +268,7 @@ def test_write_kv_stores_strided_rows_at_their_slots(path, dtype):
     kernels.write_kv(cache, k, v, slot_blocks, slot_offsets)
     slots = zip(slot_blocks.tolist(), slot_offsets.tolist(), strict=True)
     for t, (block, offset) in enumerate(slots):
-        assert torch.equal(k_cache[:, block, :, offset], k[t])
+        assert torch.equal(k_cache[:, block, :, offset, 0], k[t])
         assert torch.equal(v_cache[:, block, offset], v[t])
     assert int((k_cache != 0).sum()) == int((k != 0).sum()), "nothing else is written"
     if path == "kernel":
@@ -281,7 +281,7 @@ def test_write_kv_rounds_into_an_int8_cache_with_a_scale_per_position(path, dtyp
     torch.manual_seed(6)
     kv_heads, head_dim, block_size, blocks = 2, 8, 4, 6
     cache = LayerCache(
-        torch.zeros(kv_heads, blocks, head_dim, block_size, dtype=torch.int8),
+        torch.zeros(kv_heads, blocks, head_dim // 4, block_size, 4, dtype=torch.int8),
         torch.zeros(kv_heads, blocks, block_size, head_dim, dtype=torch.int8),
         torch.zeros(kv_heads, blocks, block_size),
         torch.zeros(kv_heads, blocks, block_size),
@@ -295,7 +295,11 @@ def test_write_kv_rounds_into_an_int8_cache_with_a_scale_per_position(path, dtyp
     slots = zip(slot_blocks.tolist(), slot_offsets.tolist(), strict=True)
     for t, (block, offset) in enumerate(slots):
         for stored, scales, x in (
-            (cache.keys[:, block, :, offset], cache.key_scales[:, block, offset], k[t]),
+            (
+                keys_by_position(cache.keys)[:, block, offset].flatten(-2),
+                cache.key_scales[:, block, offset],
+                k[t],
+            ),
             (cache.values[:, block, offset], cache.value_scales[:, block, offset], v[t]),
         ):
             x = x.float()
@@ -305,9 +309,9 @@ def test_write_kv_rounds_into_an_int8_cache_with_a_scale_per_position(path, dtyp
             assert int(stored.abs().amax()) in (0, 127)
             error = (stored.float() * scales.unsqueeze(-1) - x).abs()
             assert bool((error <= scales.unsqueeze(-1) * 0.501).all())
-    # Nothing else is written: keys' slots index their last dimension, the others' their third.
+    # Nothing else is written.
     untouched = [tensor.clone() for tensor in cache]
-    untouched[0][:, slot_blocks, :, slot_offsets] = 0
+    keys_by_position(untouched[0])[:, slot_blocks, slot_offsets] = 0
     for tensor in untouched[1:]:
         tensor[:, slot_blocks, slot_offsets] = 0
     assert not any(tensor.any() for tensor in untouched)

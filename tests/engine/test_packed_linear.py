@@ -1,13 +1,11 @@
 """Packed bfloat16 weights (packing.pack_pairs, csrc/packed_bf16_linear.cpp) against float64
 references, the packed layouts, and packed weights in huge pages."""
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine import kernels, packing
+from ragserve.engine import kernels, memory, packing
 from ragserve.engine.config import native_bf16
 from ragserve.engine.layers import Projection
 from ragserve.engine.models import build_model
@@ -145,37 +143,6 @@ def test_an_int8_projection_hands_longer_inputs_to_the_bfloat16_kernel(rows):
     assert torch.equal(projection(x, out_dtype=torch.float32), expected)
 
 
-def mapping_flags(address: int) -> list[str]:
-    """The VmFlags of this process's mapping that holds address (/proc/self/smaps)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):
-            start, end = (int(part, 16) for part in head.split("-"))
-            inside = start <= address < end
-        elif inside and head == "VmFlags:":
-            return line.split()[1:]
-    raise AssertionError(f"no mapping holds {address:#x}")
-
-
-def test_weights_move_into_one_mapping_asked_for_huge_pages():
-    torch.manual_seed(0)
-    tensors = [
-        torch.randn(40, 96).to(torch.bfloat16),
-        torch.randint(-128, 128, (3, 7), dtype=torch.int8),
-        torch.randn(5),
-    ]
-    moved = packing.in_huge_pages(tensors)
-    for original, copy in zip(tensors, moved, strict=True):
-        assert torch.equal(copy, original) and copy.is_contiguous()
-        assert copy.data_ptr() != original.data_ptr() and copy.data_ptr() % 64 == 0
-    assert moved[0].data_ptr() % packing.HUGE_PAGE == 0
-    assert moved[1].data_ptr() == moved[0].data_ptr() + tensors[0].nbytes
-    if Path("/sys/kernel/mm/transparent_hugepage/enabled").exists():
-        assert "hg" in mapping_flags(moved[0].data_ptr())
-    assert packing.in_huge_pages([]) == []
-
-
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_a_models_packed_weights_lie_one_after_another_in_one_mapping(quantization):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -197,7 +164,7 @@ def test_a_models_packed_weights_lie_one_after_another_in_one_mapping(quantizati
         packed += [projection.long_input for projection in model.projections()]
     assert all(weight.dim() == 4 for weight in packed)
     address = packed[0].data_ptr()
-    assert address % packing.HUGE_PAGE == 0
+    assert address % memory.HUGE_PAGE == 0
     for weight in packed:
         assert weight.data_ptr() == address
         address += -(-weight.nbytes // 64) * 64

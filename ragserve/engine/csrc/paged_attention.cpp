@@ -15,16 +15,19 @@
 // 64-byte aligned with a stride of whole cache lines, so vectorized reductions over a row split
 // it the same way wherever it sits in the scratch buffer.
 //
-// Layouts (see kv_cache.py): keys [kv_heads, blocks, head_dim, block_size], values
-// [kv_heads, blocks, block_size, head_dim]. A block of keys is head_dim runs of block_size
-// lanes, so a block's scores are multiply-adds over lanes, with no transpose and no
-// horizontal sums.
+// Layouts (see kv_cache.py): keys [kv_heads, blocks, head_dim / group, block_size, group],
+// values [kv_heads, blocks, block_size, head_dim]. A float cache's block of keys is head_dim runs
+// of block_size lanes (group 1), so a block's scores are multiply-adds over lanes, with no
+// transpose and no horizontal sums.
 //
 // An int8 cache holds each position's key and value of a kv head as int8 with one float32 scale
-// each ([kv_heads, blocks, block_size]), rounded once when written (write_kv). Scores are the
-// dot products with the int8 keys times the key's scale, and each probability is multiplied by
-// its value's scale before the values are summed: half the bytes of a bfloat16 cache are read,
-// and the arithmetic is the same for every token, as above.
+// each ([kv_heads, blocks, block_size]), rounded once when written (write_kv). The query head is
+// rounded the same way when read, so a score is an integer dot product times the two scales:
+// exact, hence the same on every path and in every order, and with VNNI (vpdpbusd) 64
+// multiply-adds an instruction, whose lanes take four bytes each: hence keys in groups of four
+// dimensions per position. Each probability is multiplied by its value's scale before the
+// values are summed: half the bytes of a bfloat16 cache are read, and the arithmetic is the same
+// for every token, as above.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -40,6 +43,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -83,6 +87,23 @@ static Scratch scratch(int64_t floats) {
   auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   TORCH_CHECK(p != nullptr, "out of memory for attention scratch");
   return Scratch(p);
+}
+
+// A key, value or query row of one head in int8: x * (127 / max |x|) rounded to the nearest
+// integer (ties to even), with scale max |x| / 127 (all zeros: 0 and scale 1). One division
+// and a product per element, as quantize_kv in kernels.py computes them: a quotient
+// x / scale would be left to -ffast-math to compute as a product with its reciprocal, which
+// rounds the many exact ties of bfloat16 rows (x = max |x| / 2) either way.
+template <typename scalar_t>
+static inline void quantize_row(const scalar_t* x, int64_t n, int8_t* out, float* scale) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(widen(x[i])));
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = std::nearbyint(widen(x[i]) * inverse);
+    out[i] = int8_t(std::clamp(q, -127.0f, 127.0f));
+  }
+  *scale = amax > 0.0f ? amax / 127.0f : 1.0f;
 }
 
 // Blocks scored at once: each block's lanes are chains of their own, and a decode token's three
@@ -264,21 +285,152 @@ static inline void block_scores_any(const float* query, const scalar_t* keys, in
   }
 }
 
+// An int8 cache's integer scores: query (int8 [head_dim]) against the block_size positions of
+// a block of keys in groups of four dimensions.
+static inline void int8_scores_any(const int8_t* query, const int8_t* keys, int64_t head_dim,
+                                   int64_t block_size, float* out) {
+  for (int64_t j = 0; j < block_size; ++j) {
+    int32_t sum = 0;
+    for (int64_t i = 0; i < head_dim; ++i)
+      sum += int32_t(query[i]) * int32_t(keys[((i / 4) * block_size + j) * 4 + i % 4]);
+    out[j] = float(sum);
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// The same for kPairs queries against kBlocks 16-position blocks, into outs[p] + 16 b. vpdpbusd
+// multiplies unsigned bytes by signed ones: each query byte goes in as q + 128, and 128 times the
+// position's key sum comes off after. The first call of a block's pairs (kSums) takes the sums
+// into sums[16 kBlocks]; the others read them.
+template <int kPairs, int kBlocks, bool kSums>
+static inline void int8_scores16(const int8_t* const* queries, const int8_t* const* keys,
+                                 const int8_t* const* next, int64_t head_dim, int32_t* sums,
+                                 float* const* outs) {
+  const __m512i offset = _mm512_set1_epi8(char(0x80)), ones = _mm512_set1_epi8(1);
+  const int8_t* query[kPairs];
+  const int8_t *block[kBlocks], *ahead[kBlocks];
+  __m512i acc[kPairs][kBlocks], total[kBlocks];
+#pragma GCC unroll 16
+  for (int p = 0; p < kPairs; ++p) {
+    query[p] = queries[p];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) acc[p][b] = _mm512_setzero_si512();
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) {
+    block[b] = keys[b];
+    ahead[b] = next != nullptr ? next[b] : nullptr;
+    total[b] = _mm512_setzero_si512();
+  }
+  // Each step reads a line of every block: four dimensions of its sixteen positions.
+  for (int64_t i = 0; i < head_dim / 4; ++i) {
+    __m512i key[kBlocks];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) {
+      if (next != nullptr) __builtin_prefetch(ahead[b] + 64 * i);
+      key[b] = _mm512_loadu_si512(block[b] + 64 * i);
+      if (kSums) total[b] = _mm512_dpbusd_epi32(total[b], ones, key[b]);
+    }
+#pragma GCC unroll 16
+    for (int p = 0; p < kPairs; ++p) {
+      int32_t quad;
+      std::memcpy(&quad, query[p] + 4 * i, sizeof(quad));
+      const __m512i q = _mm512_xor_si512(_mm512_set1_epi32(quad), offset);
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b) acc[p][b] = _mm512_dpbusd_epi32(acc[p][b], q, key[b]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < kBlocks; ++b) {
+    if (kSums) _mm512_storeu_si512(sums + 16 * b, total[b]);
+    const __m512i correction = _mm512_slli_epi32(_mm512_loadu_si512(sums + 16 * b), 7);
+#pragma GCC unroll 16
+    for (int p = 0; p < kPairs; ++p)
+      _mm512_storeu_ps(outs[p] + 16 * b,
+                       _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[p][b], correction)));
+  }
+}
+#elif defined(__AVX2__)
+// Without VNNI: |k| times q with k's sign (vpmaddubsw, whose pair sums, at most 2 * 127 * 127,
+// fit in 16 bits), each lane's two pairs then summed into 32 bits (vpmaddwd by ones). The same
+// integers as above, so the same scores.
+template <int kPairs, int kBlocks, bool kSums>
+static inline void int8_scores16(const int8_t* const* queries, const int8_t* const* keys,
+                                 const int8_t* const* next, int64_t head_dim, int32_t*,
+                                 float* const* outs) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* query[kPairs];
+  __m256i acc[kPairs][kBlocks][2];
+#pragma GCC unroll 16
+  for (int p = 0; p < kPairs; ++p) {
+    query[p] = queries[p];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) acc[p][b][0] = acc[p][b][1] = _mm256_setzero_si256();
+  }
+  for (int64_t i = 0; i < head_dim / 4; ++i) {
+    __m256i key[kBlocks][2], magnitude[kBlocks][2];
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b) {
+      if (next != nullptr) __builtin_prefetch(next[b] + 64 * i);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        key[b][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys[b] + 64 * i + 32 * h));
+        magnitude[b][h] = _mm256_abs_epi8(key[b][h]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int p = 0; p < kPairs; ++p) {
+      int32_t quad;
+      std::memcpy(&quad, query[p] + 4 * i, sizeof(quad));
+      const __m256i q = _mm256_set1_epi32(quad);
+#pragma GCC unroll 16
+      for (int b = 0; b < kBlocks; ++b)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i signed_q = _mm256_sign_epi8(q, key[b][h]);
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude[b][h], signed_q);
+          acc[p][b][h] = _mm256_add_epi32(acc[p][b][h], _mm256_madd_epi16(pairs, ones));
+        }
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < kPairs; ++p)
+#pragma GCC unroll 16
+    for (int b = 0; b < kBlocks; ++b)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h)
+        _mm256_storeu_ps(outs[p] + 16 * b + 8 * h, _mm256_cvtepi32_ps(acc[p][b][h]));
+}
+#endif
+
 #if defined(LANES16)
-// block_scores16 over every pair, up to four at a time;
+// block_scores16 (int8_scores16 for an int8 cache) over every pair, up to four at a time;
 // keys[kBlocks, 2 kBlocks) are the blocks scored next, fetched ahead by the first pairs.
-template <int kBlocks, typename scalar_t>
-static inline void score_pairs(const float* const* queries, const scalar_t* const* keys,
-                               int64_t pairs, int64_t head_dim, float* const* rows, int64_t base) {
+template <int kBlocks, typename query_t, typename cache_t>
+static inline void score_pairs(const query_t* const* queries, const cache_t* const* keys,
+                               int64_t pairs, int64_t head_dim, float* const* rows,
+                               int64_t base) {
   float* outs[4];
+  alignas(64) int32_t key_sums[16 * kBlocks];
   for (int64_t p = 0; p < pairs; p += 4) {
     const int64_t count = std::min<int64_t>(4, pairs - p);
-    const scalar_t* const* next = p == 0 ? keys + kBlocks : nullptr;
+    const cache_t* const* next = p == 0 ? keys + kBlocks : nullptr;
     for (int64_t i = 0; i < count; ++i) outs[i] = rows[p + i] + base;
-    if (count == 4) block_scores16<4, kBlocks>(queries + p, keys, next, head_dim, outs);
-    if (count == 3) block_scores16<3, kBlocks>(queries + p, keys, next, head_dim, outs);
-    if (count == 2) block_scores16<2, kBlocks>(queries + p, keys, next, head_dim, outs);
-    if (count == 1) block_scores16<1, kBlocks>(queries + p, keys, next, head_dim, outs);
+    auto run = [&](auto size) {
+      constexpr int kPairs = decltype(size)::value;
+      if constexpr (std::is_same_v<cache_t, int8_t>) {
+        if (p == 0)
+          int8_scores16<kPairs, kBlocks, true>(queries + p, keys, next, head_dim, key_sums, outs);
+        else
+          int8_scores16<kPairs, kBlocks, false>(queries + p, keys, next, head_dim, key_sums, outs);
+      } else {
+        block_scores16<kPairs, kBlocks>(queries + p, keys, next, head_dim, outs);
+      }
+    };
+    if (count == 4) run(std::integral_constant<int, 4>());
+    if (count == 3) run(std::integral_constant<int, 3>());
+    if (count == 2) run(std::integral_constant<int, 2>());
+    if (count == 1) run(std::integral_constant<int, 1>());
   }
 }
 
@@ -367,6 +519,11 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch query = scratch(max_pairs * dim_stride);
+    // An int8 cache's queries, rounded (rows of dim_stride bytes), and their scales.
+    Scratch rounded = scratch(max_pairs * dim_stride / 4);
+    int8_t* const rounded_rows = reinterpret_cast<int8_t*>(rounded.get());
+    std::vector<const int8_t*> pair_rounded(max_pairs);
+    std::vector<float> pair_query_scales(max_pairs);
     Scratch scores = scratch(max_pairs * score_stride);
     std::vector<const float*> pair_queries(max_pairs), pair_probs(max_pairs);
     std::vector<float*> pair_rows(max_pairs), pair_outs(max_pairs);
@@ -405,6 +562,11 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
         const scalar_t* src = q_ptr + (token * num_heads + head) * head_dim;
         float* dst = query.get() + p * dim_stride;
         for (int64_t i = 0; i < head_dim; ++i) dst[i] = widen(src[i]) * float(scale);
+        if constexpr (std::is_same_v<cache_t, int8_t>) {
+          int8_t* row = rounded_rows + p * dim_stride;
+          quantize_row(dst, head_dim, row, &pair_query_scales[p]);
+          pair_rounded[p] = row;
+        }
         pair_queries[p] = dst;
         pair_rows[p] = scores.get() + p * score_stride;
         pair_probs[p] = pair_rows[p];
@@ -414,29 +576,40 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
       // Scores of every pair for every block of the tile: score rows hold whole blocks, and a
       // pair's lanes past its own context are written and never read.
+      auto score = [&](auto queries) {
 #if defined(LANES16)
-      if (block_size == 16) {
-        int64_t b = 0;
-        for (; b + kScoreBlocks <= num_blocks; b += kScoreBlocks) {
-          score_pairs<kScoreBlocks>(pair_queries.data(), &key_blocks[b], pairs, head_dim,
-                                    pair_rows.data(), 16 * b);
+        if (block_size == 16) {
+          int64_t b = 0;
+          for (; b + kScoreBlocks <= num_blocks; b += kScoreBlocks)
+            score_pairs<kScoreBlocks>(queries, &key_blocks[b], pairs, head_dim, pair_rows.data(),
+                                      16 * b);
+          for (; b < num_blocks; ++b)
+            score_pairs<1>(queries, &key_blocks[b], pairs, head_dim, pair_rows.data(), 16 * b);
+          return;
         }
-        for (; b < num_blocks; ++b)
-          score_pairs<1>(pair_queries.data(), &key_blocks[b], pairs, head_dim,
-                         pair_rows.data(), 16 * b);
-      } else
 #endif
         for (int64_t b = 0; b < num_blocks; ++b)
-          for (int64_t p = 0; p < pairs; ++p)
-            block_scores_any(pair_queries[p], key_blocks[b], head_dim, block_size,
-                             pair_rows[p] + b * block_size);
+          for (int64_t p = 0; p < pairs; ++p) {
+            float* out = pair_rows[p] + b * block_size;
+            if constexpr (std::is_same_v<cache_t, int8_t>)
+              int8_scores_any(queries[p], key_blocks[b], head_dim, block_size, out);
+            else
+              block_scores_any(queries[p], key_blocks[b], head_dim, block_size, out);
+          }
+      };
+      if constexpr (std::is_same_v<cache_t, int8_t>)
+        score(pair_rounded.data());
+      else
+        score(pair_queries.data());
 
       for (int64_t p = 0; p < pairs; ++p) {
         float* row = pair_rows[p];
         const int64_t len = pair_lens[p];
         for (int64_t b = 0; k_scales != nullptr && b * block_size < len; ++b) {
           const float* key_scales = block_scales(k_scales, b);
-          for (int64_t j = 0; j < block_size; ++j) row[b * block_size + j] *= key_scales[j];
+          const float query_scale = pair_query_scales[p];
+          for (int64_t j = 0; j < block_size; ++j)
+            row[b * block_size + j] *= query_scale * key_scales[j];
         }
         const float max_score = *std::max_element(row, row + len);
         float total = 0.0f;
@@ -471,6 +644,21 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
 
 }  // namespace
 
+// Keys [kv_heads, blocks, head_dim / group, block_size, group] (group 4 in an int8 cache, 1 in
+// a float one) and values [kv_heads, blocks, block_size, head_dim], contiguous, of one dtype.
+static void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t head_dim) {
+  TORCH_CHECK(k_cache.dim() == 5 && v_cache.dim() == 4, "bad cache ranks");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "k and v caches' dtypes differ");
+  const int64_t group = k_cache.scalar_type() == at::kChar ? 4 : 1;
+  TORCH_CHECK(k_cache.size(4) == group, "keys must come in groups of ", group, " dimensions");
+  TORCH_CHECK(k_cache.size(2) * group == head_dim && v_cache.size(3) == head_dim,
+              "cache head_dim differs");
+  TORCH_CHECK(k_cache.size(0) == v_cache.size(0) && k_cache.size(1) == v_cache.size(1) &&
+                  k_cache.size(3) == v_cache.size(2),
+              "k and v caches' heads, blocks or block sizes differ");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
+}
+
 static void check_scales(const at::Tensor& k_scales, const at::Tensor& v_scales,
                          const at::Tensor& k_cache) {
   const auto expected = {k_cache.size(0), k_cache.size(1), k_cache.size(3)};
@@ -488,22 +676,20 @@ at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                            c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
                            at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
                            double scale) {
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
-  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "k and v caches' dtypes differ");
+  TORCH_CHECK(q.dim() == 3, "q must be [tokens, heads, head_dim]");
+  check_cache(k_cache, v_cache, q.size(2));
   const bool quantized = k_cache.scalar_type() == at::kChar;
   TORCH_CHECK(quantized || q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
   TORCH_CHECK(quantized == (k_scales.has_value() && v_scales.has_value()),
               "an int8 cache needs its key and value scales, a float cache none");
   if (quantized) check_scales(*k_scales, *v_scales, k_cache);
   TORCH_CHECK(q.size(1) % k_cache.size(0) == 0, "heads not a multiple of kv heads");
-  TORCH_CHECK(k_cache.size(2) == q.size(2) && v_cache.size(3) == q.size(2), "head_dim differs");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2,
               "block_tables must be int64 [seqs, max_blocks]");
   TORCH_CHECK(token_seqs.scalar_type() == at::kLong &&
                   token_lens.scalar_type() == at::kLong && token_seqs.numel() == q.size(0) &&
                   token_lens.numel() == q.size(0),
               "token_seqs and token_lens must be int64, one per token");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
   q = q.contiguous();
   block_tables = block_tables.contiguous();
   token_seqs = token_seqs.contiguous();
@@ -538,21 +724,6 @@ at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
   return out;
 }
 
-// One position's key or value of one kv head in int8: rounded to the nearest multiple of
-// scale = max |x| / 127 (all zeros: scale 1).
-template <typename scalar_t>
-static inline void quantize_row(const scalar_t* x, int64_t n, int64_t stride, int8_t* out,
-                                float* scale) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(widen(x[i])));
-  const float step = amax > 0.0f ? amax / 127.0f : 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float q = std::nearbyint(widen(x[i]) / step);
-    out[i * stride] = int8_t(std::clamp(q, -127.0f, 127.0f));
-  }
-  *scale = step;
-}
-
 // Stores the step's new keys and values at their slots: k and v [tokens, kv_heads, head_dim]
 // (rows may be strided, as slices of the fused qkv rows), slot_blocks and slot_offsets [tokens].
 // An int8 cache (k_scales and v_scales given) gets them rounded, with their scales.
@@ -562,16 +733,13 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes(), "k and v must be [tokens, heads, dim]");
   TORCH_CHECK(k.stride(2) == 1 && v.stride(2) == 1, "k and v rows must be contiguous");
   const bool quantized = k_cache.scalar_type() == at::kChar;
-  TORCH_CHECK(k.scalar_type() == v.scalar_type() && v_cache.scalar_type() == k_cache.scalar_type(),
-              "k and v, and their caches, must share a dtype");
+  check_cache(k_cache, v_cache, k.size(2));
+  TORCH_CHECK(k.scalar_type() == v.scalar_type(), "k and v must share a dtype");
   TORCH_CHECK(quantized || k.scalar_type() == k_cache.scalar_type(),
               "k, v and a float cache must share a dtype");
   TORCH_CHECK(quantized == (k_scales.has_value() && v_scales.has_value()),
               "an int8 cache needs its key and value scales, a float cache none");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "cache must be contiguous");
-  TORCH_CHECK(k_cache.size(0) == k.size(1) && k_cache.size(2) == k.size(2) &&
-                  v_cache.size(3) == k.size(2),
-              "cache heads or head_dim differ from k's");
+  TORCH_CHECK(k_cache.size(0) == k.size(1), "cache heads differ from k's");
   if (quantized) check_scales(*k_scales, *v_scales, k_cache);
   TORCH_CHECK(slot_blocks.scalar_type() == at::kLong &&
                   slot_offsets.scalar_type() == at::kLong &&
@@ -587,13 +755,18 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
     TORCH_CHECK(block_ptr[t] >= 0 && block_ptr[t] < cache_blocks && offset_ptr[t] >= 0 &&
                     offset_ptr[t] < block_size,
                 "slot out of range");
-  const int64_t block_elems = head_dim * block_size;
+  const int64_t block_elems = head_dim * block_size, group = k_cache.size(4);
+  // Where dimension i of the key at `offset` lies in its block.
+  auto key_index = [&](int64_t i, int64_t offset) {
+    return ((i / group) * block_size + offset) * group + i % group;
+  };
   TORCH_CHECK(k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16,
               "k and v must be float32 or bfloat16");
   int8_t* k_int8 = quantized ? k_cache.data_ptr<int8_t>() : nullptr;
   int8_t* v_int8 = quantized ? v_cache.data_ptr<int8_t>() : nullptr;
   float* key_scales = quantized ? k_scales->data_ptr<float>() : nullptr;
   float* value_scales = quantized ? v_scales->data_ptr<float>() : nullptr;
+  std::vector<int8_t> rounded_key(head_dim);
   auto store = [&](auto zero) {
     using scalar_t = decltype(zero);
     const scalar_t* k_ptr = k.data_ptr<scalar_t>();
@@ -606,16 +779,17 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
         const scalar_t* key = k_ptr + t * k.stride(0) + h * k.stride(1);
         const scalar_t* value = v_ptr + t * v.stride(0) + h * v.stride(1);
         const int64_t block_index = h * cache_blocks + block;
-        const int64_t key_at = block_index * block_elems + offset;
+        const int64_t key_at = block_index * block_elems;
         const int64_t value_at = block_index * block_elems + offset * head_dim;
-        // Keys are stored dimension-major within a block: one lane per position.
         if (quantized) {
           const int64_t scale_at = block_index * block_size + offset;
-          quantize_row(key, head_dim, block_size, k_int8 + key_at, key_scales + scale_at);
-          quantize_row(value, head_dim, 1, v_int8 + value_at, value_scales + scale_at);
+          quantize_row(key, head_dim, rounded_key.data(), key_scales + scale_at);
+          for (int64_t i = 0; i < head_dim; ++i)
+            k_int8[key_at + key_index(i, offset)] = rounded_key[i];
+          quantize_row(value, head_dim, v_int8 + value_at, value_scales + scale_at);
           continue;
         }
-        for (int64_t i = 0; i < head_dim; ++i) kc[key_at + i * block_size] = key[i];
+        for (int64_t i = 0; i < head_dim; ++i) kc[key_at + key_index(i, offset)] = key[i];
         std::copy(value, value + head_dim, vc + value_at);
       }
     }

@@ -6,11 +6,11 @@ import torch
 from transformers import PretrainedConfig
 
 from ragserve.engine.errors import UnsupportedModelError
+from ragserve.engine.memory import in_huge_pages
 from ragserve.engine.models.gemma3 import Gemma3Model
 from ragserve.engine.models.llama import LlamaModel
 from ragserve.engine.models.qwen2 import Qwen2Model
 from ragserve.engine.models.spec import DecoderModel, ModelClass, ModelSpec
-from ragserve.engine.packing import in_huge_pages
 
 REGISTRY: dict[str, ModelClass] = {
     "LlamaForCausalLM": LlamaModel,
