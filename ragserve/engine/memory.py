@@ -34,6 +34,9 @@ def zeros_in_huge_pages(
     sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes, strict=True)]
     starts = list(itertools.accumulate((-(-size // 64) * 64 for size in sizes), initial=0))
     memory = huge_page_buffer(starts[-1])
+    # Written now, as torch.zeros writes: the pages' first writes would otherwise fault in the
+    # middle of steps (in a KV cache, as blocks are first used), each taking up to tens of ms.
+    memory.zero_()
     return [
         memory[start : start + size].view(dtype).view(shape)
         for shape, dtype, start, size in zip(shapes, dtypes, starts[:-1], sizes, strict=True)

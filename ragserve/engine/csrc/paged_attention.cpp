@@ -756,9 +756,10 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
                     offset_ptr[t] < block_size,
                 "slot out of range");
   const int64_t block_elems = head_dim * block_size, group = k_cache.size(4);
-  // Where dimension i of the key at `offset` lies in its block.
-  auto key_index = [&](int64_t i, int64_t offset) {
-    return ((i / group) * block_size + offset) * group + i % group;
+  // The key at `offset` into its block: dimensions i..i+group go to their group's run.
+  auto store_key = [&](const auto* key, auto* block, int64_t offset) {
+    for (int64_t i = 0; i < head_dim; i += group)
+      for (int64_t d = 0; d < group; ++d) block[i * block_size + offset * group + d] = key[i + d];
   };
   TORCH_CHECK(k.scalar_type() == at::kFloat || k.scalar_type() == at::kBFloat16,
               "k and v must be float32 or bfloat16");
@@ -784,12 +785,11 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
         if (quantized) {
           const int64_t scale_at = block_index * block_size + offset;
           quantize_row(key, head_dim, rounded_key.data(), key_scales + scale_at);
-          for (int64_t i = 0; i < head_dim; ++i)
-            k_int8[key_at + key_index(i, offset)] = rounded_key[i];
+          store_key(rounded_key.data(), k_int8 + key_at, offset);
           quantize_row(value, head_dim, v_int8 + value_at, value_scales + scale_at);
           continue;
         }
-        for (int64_t i = 0; i < head_dim; ++i) kc[key_at + key_index(i, offset)] = key[i];
+        store_key(key, kc + key_at, offset);
         std::copy(value, value + head_dim, vc + value_at);
       }
     }
