@@ -12,7 +12,7 @@ HUGE_PAGE = 2 << 20
 
 
 def huge_page_buffer(nbytes: int) -> torch.Tensor:
-    """nbytes of zeros (uint8) in an anonymous mapping that Linux is asked to back with 2 MiB
+    """nbytes (uint8) in an anonymous mapping that Linux is asked to back with 2 MiB
     pages (transparent huge pages; where they are off, ordinary pages), starting on a page.
     What a step streams through, the weights and the KV cache, it reads across thousands of
     pages: with 4 KiB pages each is a TLB miss and a stop for the hardware prefetcher."""
@@ -26,29 +26,32 @@ def huge_page_buffer(nbytes: int) -> torch.Tensor:
     return memory[first : first + nbytes]
 
 
-def zeros_in_huge_pages(
-    shapes: list[tuple[int, ...]], dtypes: list[torch.dtype]
-) -> list[torch.Tensor]:
-    """Zero tensors of these shapes and dtypes, one after another (64-byte aligned) in one
-    huge_page_buffer."""
+def laid_out(shapes: list[tuple[int, ...]], dtypes: list[torch.dtype]) -> list[torch.Tensor]:
+    """Tensors of these shapes and dtypes, one after another (64-byte aligned) in one
+    huge_page_buffer, not yet written."""
     sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in zip(shapes, dtypes, strict=True)]
     starts = list(itertools.accumulate((-(-size // 64) * 64 for size in sizes), initial=0))
     memory = huge_page_buffer(starts[-1])
-    # Written now, as torch.zeros writes: the pages' first writes would otherwise fault in the
-    # middle of steps (in a KV cache, as blocks are first used), each taking up to tens of ms.
-    memory.zero_()
     return [
         memory[start : start + size].view(dtype).view(shape)
         for shape, dtype, start, size in zip(shapes, dtypes, starts[:-1], sizes, strict=True)
     ]
 
 
+def zeros_in_huge_pages(
+    shapes: list[tuple[int, ...]], dtypes: list[torch.dtype]
+) -> list[torch.Tensor]:
+    """laid_out, every tensor zeroed now, as torch.zeros writes its memory: the pages' first
+    writes would otherwise fault in the middle of steps (in a KV cache, as blocks are first
+    used), each taking up to tens of ms."""
+    return [tensor.zero_() for tensor in laid_out(shapes, dtypes)]
+
+
 def in_huge_pages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Copies of the tensors, one after another (64-byte aligned) in one huge_page_buffer. On an
-    AMD EPYC with AVX-512 BF16 (family 25) a one-row pass over SmolLM2's packed projections took
-    6.4 ms in huge pages against 8.2 (bfloat16) and 5.6 against 6.5 (int8), alternating in one
-    process."""
-    copies = zeros_in_huge_pages([tuple(t.shape) for t in tensors], [t.dtype for t in tensors])
+    """Copies of the tensors, laid_out. On an AMD EPYC with AVX-512 BF16 (family 25) a one-row
+    pass over SmolLM2's packed projections took 6.4 ms in huge pages against 8.2 (bfloat16) and
+    5.6 against 6.5 (int8), alternating in one process."""
+    copies = laid_out([tuple(t.shape) for t in tensors], [t.dtype for t in tensors])
     return [copy.copy_(tensor) for copy, tensor in zip(copies, tensors, strict=True)]
 
 

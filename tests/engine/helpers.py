@@ -80,14 +80,19 @@ def assert_no_leak(llm: LLM) -> None:
     assert all(b.ref_count == 0 for b in llm.engine.block_manager.blocks)
 
 
-def mapping_flags(address: int) -> list[str]:
-    """The VmFlags of this process's mapping that holds address (/proc/self/smaps)."""
+def mapping_field(address: int, field: str) -> list[str]:
+    """A field (e.g. "VmFlags", "Rss") of this process's mapping that holds address, split
+    (/proc/self/smaps)."""
     inside = False
     for line in Path("/proc/self/smaps").read_text().splitlines():
         head = line.split()[0]
         if "-" in head and not head.endswith(":"):
             start, end = (int(part, 16) for part in head.split("-"))
             inside = start <= address < end
-        elif inside and head == "VmFlags:":
+        elif inside and head == f"{field}:":
             return line.split()[1:]
     raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def mapping_flags(address: int) -> list[str]:
+    return mapping_field(address, "VmFlags")

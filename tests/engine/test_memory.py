@@ -9,7 +9,7 @@ import torch
 
 from ragserve.engine import memory
 from ragserve.engine.kv_cache import KVCache
-from tests.engine.helpers import mapping_flags
+from tests.engine.helpers import mapping_field, mapping_flags
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled").exists()
 
@@ -48,6 +48,9 @@ def test_the_kv_cache_lies_zeroed_in_one_mapping_asked_for_huge_pages(dtype):
     for before, after in itertools.pairwise(parts):
         assert after.data_ptr() == before.data_ptr() + -(-before.nbytes // 64) * 64
     assert not any(part.any() for part in parts)
+    # Written at start: resident before any block is used.
+    resident_kib = int(mapping_field(cache.keys.data_ptr(), "Rss")[0])
+    assert resident_kib * 1024 >= cache.nbytes
     assert cache.nbytes == sum(part.nbytes for part in parts)
     if THP:
         assert "hg" in mapping_flags(cache.keys.data_ptr())
