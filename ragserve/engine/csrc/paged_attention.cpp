@@ -520,7 +520,8 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch query = scratch(max_pairs * dim_stride);
     // An int8 cache's queries, rounded (rows of dim_stride bytes), and their scales.
-    Scratch rounded = scratch(max_pairs * dim_stride / 4);
+    constexpr bool kRounded = std::is_same_v<cache_t, int8_t>;
+    Scratch rounded = scratch(kRounded ? max_pairs * dim_stride / 4 : 0);
     int8_t* const rounded_rows = reinterpret_cast<int8_t*>(rounded.get());
     std::vector<const int8_t*> pair_rounded(max_pairs);
     std::vector<float> pair_query_scales(max_pairs);
@@ -562,7 +563,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
         const scalar_t* src = q_ptr + (token * num_heads + head) * head_dim;
         float* dst = query.get() + p * dim_stride;
         for (int64_t i = 0; i < head_dim; ++i) dst[i] = widen(src[i]) * float(scale);
-        if constexpr (std::is_same_v<cache_t, int8_t>) {
+        if constexpr (kRounded) {
           int8_t* row = rounded_rows + p * dim_stride;
           quantize_row(dst, head_dim, row, &pair_query_scales[p]);
           pair_rounded[p] = row;
