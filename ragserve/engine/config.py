@@ -64,6 +64,18 @@ def cpu_isa() -> str:
 
 
 @functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor as Linux names it ("GenuineIntel", "AuthenticAMD"; empty where
+    /proc/cpuinfo is unreadable)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            line = next((ln for ln in cpuinfo if ln.startswith("vendor_id")), ":")
+    except OSError:
+        return ""
+    return line.split(":", 1)[1].strip()
+
+
+@functools.cache
 def machine_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux names them (empty where /proc/cpuinfo is unreadable)."""
     try:

@@ -17,7 +17,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine.config import CPU_ISAS, cache_dir, cpu_flags, cpu_isa, native_bf16
+from ragserve.engine.config import (
+    CPU_ISAS,
+    cache_dir,
+    cpu_flags,
+    cpu_isa,
+    cpu_vendor,
+    native_bf16,
+)
 from ragserve.engine.kv_cache import LayerCache, keys_by_position
 
 logger = logging.getLogger(__name__)
@@ -63,7 +70,13 @@ CSRC = Path(__file__).parent / "csrc"
 
 
 def compiler_flags() -> list[str]:
-    return ["-O3", f"-march={CPU_ISAS[cpu_isa()]}", "-ffast-math", "-fopenmp"]
+    flags = ["-O3", f"-march={CPU_ISAS[cpu_isa()]}", "-ffast-math", "-fopenmp"]
+    # The linear kernels prefetch their weights' stream ahead where that was measured to pay:
+    # on an Intel Xeon with AMX a one-row pass over SmolLM2's projections took 1.13-1.2x less
+    # time with it, where on an AMD EPYC (family 25) the same prefetches made it 5-15% slower.
+    if cpu_vendor() == "GenuineIntel":
+        flags.append("-DRAGSERVE_SOFTWARE_PREFETCH")
+    return flags
 
 
 def build_directory(csrc: Path = CSRC) -> Path:
