@@ -73,7 +73,8 @@ def compiler_flags() -> list[str]:
     flags = ["-O3", f"-march={CPU_ISAS[cpu_isa()]}", "-ffast-math", "-fopenmp"]
     # The linear kernels prefetch their weights' stream ahead where that was measured to pay:
     # on an Intel Xeon with AMX a one-row pass over SmolLM2's projections took 1.13-1.2x less
-    # time with it, where on an AMD EPYC (family 25) the same prefetches made it 5-15% slower.
+    # time with it, where on an AMD EPYC (family 25) prefetching the int8 kernel's next tiles
+    # made it 5-15% slower.
     if cpu_vendor() == "GenuineIntel":
         flags.append("-DRAGSERVE_SOFTWARE_PREFETCH")
     return flags
