@@ -94,24 +94,43 @@ def gathered_attention(
 
 
 def paged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    qkv: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
     cache: LayerCache,
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
 ) -> torch.Tensor:
-    """q [tokens, heads, dim], k and v [tokens, kv_heads, dim] -> float32 [tokens, heads, dim].
-    The new keys and values are stored first, so each token reads its own from the cache.
+    """A layer's attention from its fused q/k/v projection's rows ([tokens, (heads + 2 kv_heads)
+    * head_dim], RoPE applied): [tokens, heads * head_dim] in qkv's dtype. The new keys and
+    values are stored first, so each token reads its own from the cache.
     window: a sliding-window layer's span (a token attends to its last `window` positions);
     the kernel reads whole contexts, so a step with a longer one takes the PyTorch path."""
-    write_kv(cache, k, v, meta.slot_blocks, meta.slot_offsets)
     kernels = extension()
-    if window is not None and int(meta.token_lens.max()) > window:
-        return gathered_attention(q, cache, meta, scale, window)
-    if kernels is None:
-        return gathered_attention(q, cache, meta, scale)
-    return kernels.paged_attention(
-        q, *cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
+    if kernels is not None and (window is None or int(meta.token_lens.max()) <= window):
+        # One call for the store, the attention and the conversion (csrc/paged_attention.cpp).
+        return kernels.attend(
+            qkv,
+            num_heads,
+            num_kv_heads,
+            *cache,
+            meta.slot_blocks,
+            meta.slot_offsets,
+            meta.block_tables,
+            meta.token_seqs,
+            meta.token_lens,
+            scale,
+        )
+    tokens, head_dim = qkv.shape[0], qkv.shape[1] // (num_heads + 2 * num_kv_heads)
+    q, k, v = qkv.split([num_heads * head_dim, *[num_kv_heads * head_dim] * 2], dim=-1)
+    write_kv(
+        cache,
+        k.view(tokens, num_kv_heads, head_dim),
+        v.view(tokens, num_kv_heads, head_dim),
+        meta.slot_blocks,
+        meta.slot_offsets,
     )
+    q = q.view(tokens, num_heads, head_dim)
+    attended = gathered_attention(q, cache, meta, scale, window)
+    return attended.reshape(tokens, num_heads * head_dim).to(qkv.dtype)

@@ -95,7 +95,7 @@ def cpu_flags() -> frozenset[str]:
 
 
 def native_bf16() -> bool:
-    return any(flag in cpu_flags() for flag in BF16_FLAGS)
+    return not cpu_flags().isdisjoint(BF16_FLAGS)
 
 
 def resolve_dtype(dtype: str) -> str:

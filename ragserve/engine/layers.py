@@ -117,17 +117,4 @@ def attend(
 ) -> torch.Tensor:
     """A fused q/k/v projection's output ([tokens, (heads + 2 kv_heads) * head_dim], RoPE
     applied) through paged attention: [tokens, heads * head_dim] in qkv's dtype."""
-    tokens = qkv.shape[0]
-    q_size = spec.num_heads * spec.head_dim
-    kv_size = spec.num_kv_heads * spec.head_dim
-    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-    attn = paged_attention(
-        q.view(tokens, spec.num_heads, spec.head_dim),
-        k.view(tokens, spec.num_kv_heads, spec.head_dim),
-        v.view(tokens, spec.num_kv_heads, spec.head_dim),
-        kv_cache,
-        meta,
-        scale,
-        window,
-    )
-    return attn.reshape(tokens, q_size).to(qkv.dtype)
+    return paged_attention(qkv, spec.num_heads, spec.num_kv_heads, kv_cache, meta, scale, window)

@@ -5,10 +5,12 @@ the tokens computed with it), for float32, bfloat16 and int8 caches."""
 import pytest
 import torch
 
+from ragserve.engine import attention, kernels
 from ragserve.engine.attention import (
     AttentionMetadata,
     gather_context,
     gathered_attention,
+    paged_attention,
     rounded_queries,
 )
 from ragserve.engine.kernels import extension, quantize_kv
@@ -75,7 +77,7 @@ def metadata(tables, spans):
 def attend(q, cache, tables, spans, scale):
     meta = metadata(tables, spans)
     return kernel().paged_attention(
-        q, *cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale
+        q, *cache, meta.block_tables, meta.token_seqs, meta.token_lens, scale, torch.float32
     )
 
 
@@ -197,3 +199,45 @@ def test_a_windowed_layer_reads_only_its_window():
     cache.values[:, 0] = torch.randn(kv_heads, block, dim)
     assert torch.equal(windowed, gathered_attention(q, cache, meta, 1.0, window=10))
     assert not torch.equal(windowed, gathered_attention(q, cache, meta, 1.0))
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_a_layers_attention_in_one_call_stores_then_attends_as_its_parts_do(dtype, monkeypatch):
+    """attention.paged_attention from fused qkv rows: the kernel's one call (store, attend,
+    output in qkv's dtype) against its two parts and a conversion afterwards, bit for bit, and
+    the PyTorch path within tolerance; both leave the same cache."""
+    torch.manual_seed(7)
+    heads, kv_heads, head_dim, block_size = 6, 2, 32, 8
+    spans = [(0, 0, 5), (1, 20, 1), (2, 9, 3)]
+    tables = torch.randperm(96)[:12].view(3, 4)
+    base = metadata(tables, spans)
+    positions = base.token_lens - 1
+    meta = AttentionMetadata(
+        tables[base.token_seqs, positions // block_size],
+        positions % block_size,
+        tables,
+        base.token_seqs,
+        base.token_lens,
+    )
+    width = (heads + 2 * kv_heads) * head_dim
+    # Rows of a wider tensor, as the fused projection's output may be sliced.
+    qkv = torch.randn(len(positions), width + 16).to(query_dtype(dtype))[:, :width]
+    scale = head_dim**-0.5
+    cache = random_cache(dtype, block_size, head_dim, kv_heads)
+    caches = [LayerCache(*(None if t is None else t.clone() for t in cache)) for _ in range(3)]
+    one_call = paged_attention(qkv, heads, kv_heads, caches[0], meta, scale)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+    view = lambda x: x.view(len(positions), -1, head_dim)  # noqa: E731
+    kernels.write_kv(caches[1], view(k), view(v), meta.slot_blocks, meta.slot_offsets)
+    parts = attend(view(q), caches[1], tables, spans, scale).flatten(1).to(qkv.dtype)
+    assert one_call.dtype == qkv.dtype and one_call.shape == (len(positions), heads * head_dim)
+    assert torch.equal(one_call, parts)
+    for ours, theirs in zip(caches[0], caches[1], strict=True):
+        assert ours is theirs is None or torch.equal(ours, theirs)
+    monkeypatch.setattr(attention, "extension", lambda: None)
+    pytorch_path = paged_attention(qkv, heads, kv_heads, caches[2], meta, scale)
+    assert pytorch_path.dtype == qkv.dtype
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(pytorch_path.float(), one_call.float(), atol=tolerance, rtol=0)
+    for ours, theirs in zip(caches[0], caches[2], strict=True):
+        assert ours is theirs is None or torch.equal(ours, theirs)

@@ -6,7 +6,12 @@
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                            c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
                            at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
-                           double scale);
+                           double scale, at::ScalarType out_dtype);
+at::Tensor attend(at::Tensor qkv, int64_t num_heads, int64_t num_kv_heads, at::Tensor k_cache,
+                  at::Tensor v_cache, c10::optional<at::Tensor> k_scales,
+                  c10::optional<at::Tensor> v_scales, at::Tensor slot_blocks,
+                  at::Tensor slot_offsets, at::Tensor block_tables, at::Tensor token_seqs,
+                  at::Tensor token_lens, double scale);
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
               c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
               at::Tensor slot_blocks, at::Tensor slot_offsets);
@@ -29,6 +34,8 @@ void apply_token_bitmask(at::Tensor logits, at::Tensor rows, at::Tensor bitmask)
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_attention", &paged_attention,
         "Attention of prefill and decode tokens over a paged KV cache");
+  m.def("attend", &attend,
+        "A layer's attention from its fused qkv rows: store the new keys and values, then attend");
   m.def("write_kv", &write_kv, "Store new keys and values at their slots in the paged cache");
   m.def("small_batch_linear", &small_batch_linear,
         "x W^T (+ bias), weights float32 or bfloat16, float32 accumulation; each row's result "

@@ -463,6 +463,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
                              const at::Tensor& token_seqs, const at::Tensor& token_lens,
                              double scale, at::Tensor& out) {
   const int64_t num_tokens = q.size(0);
+  const int64_t q_row = q.stride(0);
   const int64_t num_heads = q.size(1);
   const int64_t head_dim = q.size(2);
   const int64_t num_kv_heads = k_cache.size(0);
@@ -477,7 +478,11 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* seqs = token_seqs.data_ptr<int64_t>();
   const int64_t* lens = token_lens.data_ptr<int64_t>();
-  float* out_ptr = out.data_ptr<float>();
+  // A float32 output is written in place; a bfloat16 one (q's dtype) gets each task's rows in
+  // float32 scratch first, then rounded once, as a float32 output converted afterwards would be.
+  const bool float_out = out.scalar_type() == at::kFloat;
+  float* out_ptr = float_out ? out.data_ptr<float>() : nullptr;
+  at::BFloat16* narrow_out = float_out ? nullptr : out.data_ptr<at::BFloat16>();
 
   // Tiles: runs of up to kTileRows consecutive tokens of one sequence.
   std::vector<int64_t> tile_starts;
@@ -526,6 +531,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
     std::vector<const int8_t*> pair_rounded(max_pairs);
     std::vector<float> pair_query_scales(max_pairs);
     Scratch scores = scratch(max_pairs * score_stride);
+    Scratch outs = scratch(float_out ? 0 : max_pairs * dim_stride);
     std::vector<const float*> pair_queries(max_pairs), pair_probs(max_pairs);
     std::vector<float*> pair_rows(max_pairs), pair_outs(max_pairs);
     std::vector<int64_t> pair_lens(max_pairs);
@@ -560,7 +566,7 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       // Pair p is query head (kv_head * group + p % group) of token first + p / group.
       for (int64_t p = 0; p < pairs; ++p) {
         const int64_t token = first + p / group, head = kv_head * group + p % group;
-        const scalar_t* src = q_ptr + (token * num_heads + head) * head_dim;
+        const scalar_t* src = q_ptr + token * q_row + head * head_dim;
         float* dst = query.get() + p * dim_stride;
         for (int64_t i = 0; i < head_dim; ++i) dst[i] = widen(src[i]) * float(scale);
         if constexpr (kRounded) {
@@ -571,7 +577,8 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
         pair_queries[p] = dst;
         pair_rows[p] = scores.get() + p * score_stride;
         pair_probs[p] = pair_rows[p];
-        pair_outs[p] = out_ptr + (token * num_heads + head) * head_dim;
+        pair_outs[p] = float_out ? out_ptr + (token * num_heads + head) * head_dim
+                                 : outs.get() + p * dim_stride;
         pair_lens[p] = lens[token];
       }
 
@@ -639,6 +646,11 @@ static void attention_kernel(const at::Tensor& q, const at::Tensor& k_cache,
       for (int64_t p = 0; dim < head_dim && p < pairs; ++p)
         accumulate_any(pair_outs[p], pair_probs[p], pair_lens[p], value_blocks.data(), num_blocks,
                        block_size, head_dim, dim);
+      for (int64_t p = 0; !float_out && p < pairs; ++p) {
+        const int64_t token = first + p / group, head = kv_head * group + p % group;
+        std::copy(pair_outs[p], pair_outs[p] + head_dim,
+                  narrow_out + (token * num_heads + head) * head_dim);
+      }
     }
   });
 }
@@ -669,15 +681,18 @@ static void check_scales(const at::Tensor& k_scales, const at::Tensor& v_scales,
                 "scales must be contiguous float32 [kv_heads, blocks, block_size]");
 }
 
-// q [tokens, heads, head_dim]; block_tables [seqs, max_blocks] int64; token_seqs [tokens]: the
-// row of each token's sequence in block_tables (a sequence's tokens are consecutive);
-// token_lens [tokens]: positions each token attends (its position + 1); k_scales and v_scales
-// for an int8 cache only. Returns float32 [tokens, heads, head_dim].
+// q [tokens, heads, head_dim] (rows may be strided, as slices of the fused qkv rows);
+// block_tables [seqs, max_blocks] int64; token_seqs [tokens]: the row of each token's sequence
+// in block_tables (a sequence's tokens are consecutive); token_lens [tokens]: positions each
+// token attends (its position + 1); k_scales and v_scales for an int8 cache only. Returns
+// [tokens, heads, head_dim] in out_dtype: float32, or q's dtype (rounded once from float32).
 at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                            c10::optional<at::Tensor> k_scales, c10::optional<at::Tensor> v_scales,
                            at::Tensor block_tables, at::Tensor token_seqs, at::Tensor token_lens,
-                           double scale) {
+                           double scale, at::ScalarType out_dtype) {
   TORCH_CHECK(q.dim() == 3, "q must be [tokens, heads, head_dim]");
+  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == q.scalar_type(),
+              "the output must be float32 or q's dtype");
   check_cache(k_cache, v_cache, q.size(2));
   const bool quantized = k_cache.scalar_type() == at::kChar;
   TORCH_CHECK(quantized || q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
@@ -691,7 +706,7 @@ at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
                   token_lens.scalar_type() == at::kLong && token_seqs.numel() == q.size(0) &&
                   token_lens.numel() == q.size(0),
               "token_seqs and token_lens must be int64, one per token");
-  q = q.contiguous();
+  if (q.stride(2) != 1 || q.stride(1) != q.size(2)) q = q.contiguous();
   block_tables = block_tables.contiguous();
   token_seqs = token_seqs.contiguous();
   token_lens = token_lens.contiguous();
@@ -702,7 +717,7 @@ at::Tensor paged_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
     TORCH_CHECK(seqs[t] >= 0 && seqs[t] < block_tables.size(0) && lens[t] >= 1 &&
                     lens[t] <= block_tables.size(1) * block_size,
                 "token ", t, ": sequence row or length out of range");
-  auto out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  auto out = at::empty(q.sizes(), q.options().dtype(out_dtype));
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat,
               "q must be float32 or bfloat16");
   const bool bf16 = q.scalar_type() == at::kBFloat16;
@@ -799,4 +814,30 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
     store(at::BFloat16());
   else
     store(float());
+}
+
+// A layer's attention in one call: qkv [tokens, (heads + 2 kv_heads) * head_dim], RoPE
+// applied; its keys and values are stored at their slots (write_kv), then every token attends
+// (paged_attention). Returns [tokens, heads * head_dim] in qkv's dtype. One call where there
+// were five from Python (split, views, store, attend, convert): at one decode token a layer's
+// attention reads ~100 KB, and those calls cost ~11 µs a layer more than this one does.
+at::Tensor attend(at::Tensor qkv, int64_t num_heads, int64_t num_kv_heads, at::Tensor k_cache,
+                  at::Tensor v_cache, c10::optional<at::Tensor> k_scales,
+                  c10::optional<at::Tensor> v_scales, at::Tensor slot_blocks,
+                  at::Tensor slot_offsets, at::Tensor block_tables, at::Tensor token_seqs,
+                  at::Tensor token_lens, double scale) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.stride(1) == 1,
+              "qkv must be [tokens, width] with contiguous rows");
+  TORCH_CHECK(num_heads > 0 && num_kv_heads > 0 &&
+                  qkv.size(1) % (num_heads + 2 * num_kv_heads) == 0,
+              "qkv's width is not (heads + 2 kv_heads) * head_dim");
+  const int64_t tokens = qkv.size(0), head_dim = qkv.size(1) / (num_heads + 2 * num_kv_heads);
+  auto heads_of = [&](int64_t first, int64_t count) {
+    return qkv.narrow(1, first * head_dim, count * head_dim).view({tokens, count, head_dim});
+  };
+  write_kv(heads_of(num_heads, num_kv_heads), heads_of(num_heads + num_kv_heads, num_kv_heads),
+           k_cache, v_cache, k_scales, v_scales, slot_blocks, slot_offsets);
+  return paged_attention(heads_of(0, num_heads), k_cache, v_cache, k_scales, v_scales,
+                         block_tables, token_seqs, token_lens, scale, qkv.scalar_type())
+      .view({tokens, num_heads * head_dim});
 }

@@ -122,7 +122,7 @@ class LlamaModel:
                 qkv, positions, self.rope, spec.num_heads + spec.num_kv_heads, spec.head_dim
             )
             attn = attend(qkv, spec, kv_cache, meta, self.scale)
-            attn_out = layer.o_proj(attn.to(self.dtype), invariant=invariant)
+            attn_out = layer.o_proj(attn, invariant=invariant)
             x = add_rms_norm(hidden, attn_out, layer.post_norm, eps)
             gate_up = layer.gate_up(x, invariant=invariant)
             mlp_out = layer.down(silu_mul(gate_up), invariant=invariant)
