@@ -33,7 +33,6 @@ class Gemma3Model:
         max_len: int,
     ) -> None:
         self.spec = spec
-        self.dtype = dtype
         self.scale = config.query_pre_attn_scalar**-0.5
         self.window = config.sliding_window
         self.sliding = [kind == SLIDING for kind in config.layer_types]

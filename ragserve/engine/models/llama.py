@@ -48,7 +48,6 @@ class LlamaModel:
         dtype: torch.dtype,
     ) -> None:
         self.spec = spec
-        self.dtype = dtype
         self.scale = 1.0 / math.sqrt(spec.head_dim)
 
         def take(name: str) -> torch.Tensor:
