@@ -47,19 +47,29 @@ def made_once(target: Path, is_made: Callable[[Path], bool], make: Callable[[Pat
     return target
 
 
-# RAGSERVE_CPU_ISA=avx2 holds ragserve's own kernels, and the paths chosen by CPU flags, to
-# AVX2 and FMA (x86-64-v3) on a CPU that has more: kernels for a fleet that mixes CPU types, or
-# the AVX2 paths measured on a newer CPU (docs/benchmarks.md). torch's kernels follow their own
-# variables (docs/operations.md). The value is what GCC's -march takes.
-CPU_ISAS = {"native": "native", "avx2": "x86-64-v3"}
-# What the avx2 ISA does without: every flag that starts so.
-BEYOND_AVX2 = ("avx512", "amx", "avx_vnni")
+# RAGSERVE_CPU_ISA holds ragserve's own kernels, and the paths chosen by CPU flags, to fewer
+# instructions than the CPU has: kernels for a fleet that mixes CPU types, or one CPU type's
+# paths measured on a newer CPU (docs/benchmarks.md). "avx2": AVX2 and FMA (x86-64-v3);
+# "avx512": AVX-512 with BF16 and VNNI and no AMX (Cooper Lake's instructions, which Zen 4 and
+# later and Sapphire Rapids and later also have). torch's kernels follow their own variables
+# (docs/operations.md). The value is what GCC's -march takes.
+CPU_ISAS = {"native": "native", "avx2": "x86-64-v3", "avx512": "cooperlake"}
+# What each held ISA does without: every flag that starts so.
+HIDDEN_FLAGS = {"native": (), "avx2": ("avx512", "amx", "avx_vnni"), "avx512": ("amx",)}
+# What the avx512 ISA needs of the CPU, beyond AVX2.
+AVX512_NEEDS = frozenset(
+    {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16"}
+)
 
 
 def cpu_isa() -> str:
     isa = os.environ.get("RAGSERVE_CPU_ISA", "native")
     if isa not in CPU_ISAS:
         raise ValueError(f"RAGSERVE_CPU_ISA must be one of {', '.join(CPU_ISAS)}, not {isa!r}")
+    if isa == "avx512" and (lacking := AVX512_NEEDS - machine_flags()):
+        raise ValueError(
+            f"RAGSERVE_CPU_ISA=avx512 needs {', '.join(sorted(lacking))}, which this CPU lacks"
+        )
     return isa
 
 
@@ -87,11 +97,10 @@ def machine_flags() -> frozenset[str]:
 
 @functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The flags the engine chooses its paths by: the CPU's, without those past AVX2 when
-    RAGSERVE_CPU_ISA=avx2."""
-    if cpu_isa() == "avx2":
-        return frozenset(flag for flag in machine_flags() if not flag.startswith(BEYOND_AVX2))
-    return machine_flags()
+    """The flags the engine chooses its paths by: the CPU's, without those past the ISA that
+    RAGSERVE_CPU_ISA holds the engine to."""
+    hidden = HIDDEN_FLAGS[cpu_isa()]
+    return frozenset(flag for flag in machine_flags() if not flag.startswith(hidden))
 
 
 def native_bf16() -> bool:

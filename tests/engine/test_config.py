@@ -3,7 +3,7 @@ from types import SimpleNamespace
 import pytest
 
 from ragserve.engine import config
-from ragserve.engine.config import EngineConfig, size_kv_cache
+from ragserve.engine.config import AVX512_NEEDS, EngineConfig, size_kv_cache
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, "bfloat16"), (False, "float32")])
@@ -64,7 +64,29 @@ def test_the_avx2_isa_hides_every_flag_past_avx2(monkeypatch):
     assert EngineConfig().dtype == "float32"
 
 
-def test_an_unknown_cpu_isa_is_refused_with_the_choices(monkeypatch):
+def test_the_avx512_isa_hides_amx_and_keeps_the_bfloat16_dot_products(monkeypatch):
+    """RAGSERVE_CPU_ISA=avx512 on a CPU with AMX: the paths of an AVX-512 BF16 CPU without it
+    (its bfloat16 kernel takes every input length) are chosen."""
+    with_amx = AVX512_NEEDS | {"avx2", "fma", "amx_tile", "amx_bf16", "amx_int8"}
+    monkeypatch.setattr(config, "machine_flags", lambda: with_amx)
     monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx512")
-    with pytest.raises(ValueError, match="RAGSERVE_CPU_ISA must be one of native, avx2"):
+    held = config.cpu_flags.__wrapped__()
+    assert held == AVX512_NEEDS | {"avx2", "fma"}
+    monkeypatch.setattr(config, "cpu_flags", lambda: held)
+    assert config.native_bf16()
+    assert EngineConfig().dtype == "bfloat16"
+
+
+def test_the_avx512_isa_is_refused_on_a_cpu_without_its_instructions(monkeypatch):
+    """Built for instructions the CPU lacks, the kernels would die of an illegal instruction at
+    the first token; the setting is refused with what is lacking instead."""
+    monkeypatch.setattr(config, "machine_flags", lambda: AVX512_NEEDS - {"avx512_bf16"} | {"avx2"})
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx512")
+    with pytest.raises(ValueError, match="avx512 needs avx512_bf16, which this CPU lacks"):
+        config.cpu_isa()
+
+
+def test_an_unknown_cpu_isa_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx10")
+    with pytest.raises(ValueError, match="RAGSERVE_CPU_ISA must be one of native, avx2, avx512"):
         config.cpu_flags.__wrapped__()

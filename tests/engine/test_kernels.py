@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ragserve.engine import kernels, packing
+from ragserve.engine import config, kernels, packing
 from ragserve.engine.config import cpu_flags, cpu_vendor, native_bf16
 from ragserve.engine.kv_cache import LayerCache, keys_by_position
 from ragserve.engine.layers import Projection
@@ -397,7 +397,8 @@ def test_the_build_directory_follows_the_sources(tmp_path, monkeypatch):
 def test_the_build_directory_follows_the_cpu_and_the_isa(tmp_path, monkeypatch):
     """A cache directory shared by two CPU types (a network home, an image) keeps a build per
     type: a -march=native build can hold instructions the other CPU lacks. RAGSERVE_CPU_ISA=avx2
-    builds for x86-64-v3 in a directory of its own."""
+    builds for x86-64-v3, and avx512 for Cooper Lake's instructions, each in a directory of its
+    own."""
     monkeypatch.setenv("RAGSERVE_HOME", str(tmp_path))
     monkeypatch.setenv("RAGSERVE_CPU_ISA", "native")
     native = kernels.build_directory()
@@ -406,7 +407,12 @@ def test_the_build_directory_follows_the_cpu_and_the_isa(tmp_path, monkeypatch):
     assert other_cpu != native
     monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx2")
     assert "-march=x86-64-v3" in kernels.compiler_flags()
-    assert kernels.build_directory() not in (native, other_cpu)
+    avx2 = kernels.build_directory()
+    assert avx2 not in (native, other_cpu)
+    monkeypatch.setattr(config, "machine_flags", lambda: config.AVX512_NEEDS)
+    monkeypatch.setenv("RAGSERVE_CPU_ISA", "avx512")
+    assert "-march=cooperlake" in kernels.compiler_flags()
+    assert kernels.build_directory() not in (native, other_cpu, avx2)
 
 
 @pytest.mark.parametrize(
