@@ -200,11 +200,12 @@ def reference_norm(hidden, weight, eps):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_delta", [False, True])
-def test_add_rms_norm(path, dtype, with_delta):
+@pytest.mark.parametrize("width", [96, 100])
+def test_add_rms_norm(path, dtype, with_delta, width):
     torch.manual_seed(1)
-    hidden = torch.randn(5, 96).to(dtype)
-    delta = torch.randn(5, 96).to(dtype) if with_delta else None
-    weight = torch.randn(96).to(dtype)
+    hidden = torch.randn(5, width).to(dtype)
+    delta = torch.randn(5, width).to(dtype) if with_delta else None
+    weight = torch.randn(width).to(dtype)
     expected_hidden = hidden + delta if with_delta else hidden.clone()
     expected = reference_norm(expected_hidden, weight, 1e-5)
     got = kernels.add_rms_norm(hidden, delta, weight, 1e-5)
@@ -251,6 +252,35 @@ def test_silu_mul(path, dtype):
     torch.testing.assert_close(
         kernels.silu_mul(gate_up).float(), F.silu(gate) * up, atol=tolerance, rtol=tolerance
     )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_of_far_out_gates_is_finite(path, dtype):
+    """A gate far below zero makes e^-gate overflow float32; SiLU of it is still about 0."""
+    gate = torch.tensor([[-1000.0, -100.0, -88.5, -20.0, 0.0, 20.0, 88.5, 100.0, 1000.0]])
+    gate_up = torch.cat((gate, torch.full_like(gate, 1.5)), dim=1).to(dtype)
+    got = kernels.silu_mul(gate_up).float()
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, F.silu(gate.to(dtype).float()) * 1.5, atol=1e-6, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_and_silu_give_a_row_the_same_bits_alone_and_in_a_batch(path, dtype):
+    """Batch invariance rests on every per-token op: a row's result may not depend on the rows
+    beside it, nor on whether the rows were split across threads (widths not a multiple of
+    the vector length included)."""
+    torch.manual_seed(5)
+    for width in (96, 100):
+        hidden = torch.randn(1024, width).to(dtype)
+        delta = torch.randn(1024, width).to(dtype)
+        weight = torch.randn(width).to(dtype)
+        alone = kernels.add_rms_norm(hidden[700:701].clone(), delta[700:701], weight, 1e-5)
+        batched = kernels.add_rms_norm(hidden.clone(), delta, weight, 1e-5)
+        assert torch.equal(alone[0], batched[700])
+        gate_up = (torch.randn(1024, 2 * width) * 4).to(dtype)
+        assert torch.equal(
+            kernels.silu_mul(gate_up[700:701].clone())[0], kernels.silu_mul(gate_up)[700]
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -12,6 +12,7 @@
 
 #include "widen.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,8 @@ namespace {
 
 // Elements below which rows are not split across threads.
 constexpr int64_t kMinThreadElems = 1 << 15;
+// The largest x whose e^x float32 holds.
+constexpr float kExpLimit = 88.3762626647949f;
 
 // The value a PyTorch op of this dtype would store.
 template <typename scalar_t>
@@ -88,11 +91,86 @@ static void silu_mul_rows(const scalar_t* gate_up, scalar_t* out, int64_t rows, 
       const scalar_t* up = gate + size;
       for (int64_t i = 0; i < size; ++i) {
         const float g = widen(gate[i]);
-        out[r * size + i] = scalar_t(stored<scalar_t>(g / (1.0f + std::exp(-g))) * widen(up[i]));
+        // e^-g held finite: past float32's range, fast math's reciprocal of an infinite
+        // 1 + e^-g times g made NaN where SiLU is about 0.
+        const float e = std::exp(std::min(-g, kExpLimit));
+        out[r * size + i] = scalar_t(stored<scalar_t>(g / (1.0f + e)) * widen(up[i]));
       }
     }
   });
 }
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+
+// SiLU(gate) * up of bfloat16 rows with AVX-512 BF16: sixteen lanes at a time, a row's last
+// lanes masked, so that every element goes through the same arithmetic wherever it stands in
+// its row, rounded by the CPU's conversion (to nearest even, as c10's). The compiler's vectors
+// of the loop above, with glibc's vector exp, took 1.4× as long at 32 and 512 rows (a decode
+// step of 32 sequences, a prompt chunk; Intel Xeon with AMX).
+static inline __mmask16 lanes(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+}
+
+static inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) {
+  const __m256i half = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+static inline void store16(c10::BFloat16* p, __m512 v, __mmask16 mask) {
+  _mm256_mask_storeu_epi16(p, mask, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+// v rounded to bfloat16, as float32 lanes: what a PyTorch op of that dtype would store.
+static inline __m512 stored16(__m512 v) {
+  const __m256i narrow = (__m256i)_mm512_cvtneps_pbh(v);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(narrow), 16));
+}
+
+// e^x: 2^n e^r with |r| <= ln 2 / 2 and e^r Cephes' single-precision polynomial (relative
+// error about 1e-7, far below a bfloat16 result's 4e-3).
+static inline __m512 exp16(__m512 x) {
+  const __m512 limit = _mm512_set1_ps(kExpLimit);
+  x = _mm512_max_ps(_mm512_min_ps(x, limit), _mm512_sub_ps(_mm512_setzero_ps(), limit));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+static void silu_mul_rows(const c10::BFloat16* gate_up, c10::BFloat16* out, int64_t rows,
+                          int64_t size) {
+  at::parallel_for(0, rows, row_grain(2 * size), [&](int64_t begin, int64_t end) {
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    for (int64_t r = begin; r < end; ++r) {
+      const c10::BFloat16* gate = gate_up + r * 2 * size;
+      const c10::BFloat16* up = gate + size;
+      c10::BFloat16* row_out = out + r * size;
+      for (int64_t i = 0; i < size; i += 16) {
+        const __mmask16 mask = lanes(size - i);
+        const __m512 g = load16(gate + i, mask);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        // 1 / (1 + e) from the reciprocal estimate and a Newton step (relative error about
+        // 1e-8): a division took 7% longer over the whole function.
+        const __m512 denominator = _mm512_add_ps(one, e);
+        const __m512 estimate = _mm512_rcp14_ps(denominator);
+        const __m512 inverse =
+            _mm512_mul_ps(estimate, _mm512_fnmadd_ps(denominator, estimate, two));
+        const __m512 silu = stored16(_mm512_mul_ps(g, inverse));
+        store16(row_out + i, _mm512_mul_ps(silu, load16(up + i, mask)), mask);
+      }
+    }
+  });
+}
+#endif
 
 static void check_rows(const at::Tensor& x, const char* name) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, name, " must be a matrix with unit column stride");
