@@ -12,7 +12,6 @@
 
 #include "widen.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
